@@ -1,0 +1,173 @@
+"""Pydantic models of the proxy configuration file (YAML).
+
+Shape (keys are snake_case; every model forbids unknown keys so a typo fails start-up):
+
+    listen: {address: 127.0.0.1, port: 6443, tls: {cert_file, key_file, client_ca_file}}
+    partitions:
+      - {name: tp1, role: tenant, kubeconfig: /path/tp1.yaml}
+      - {name: rp1, role: resource, kubeconfig: /path/rp1.yaml}
+    system_partition: tp1
+    tenants:
+      namespace_to_tenant: prefix        # prefix | name | map
+      separator: "-"                     # for prefix: tenant = text before the first separator
+      namespaces: {team-x: acme}         # explicit namespace -> tenant map, consulted first
+      partitions: {acme: tp2}            # explicit tenant -> tenant partition map
+      ranges: [{first: a, last: m, partition: tp1}]   # Arktos-style tenant name ranges
+      default_partition: tp1
+    nodes:
+      placement: prefix                  # prefix | regex | hash
+      prefixes: {"rp1-": rp1}
+      regex: [{pattern: "^rp1-.*", partition: rp1}]
+    rv_epoch: 1                          # bump when the partition list changes (proxy RVs)
+    upstream: {connect_timeout_seconds: 5, request_timeout_seconds: 60}
+
+Semantics of the rules are applied in `routing.placement`; this module only validates that
+the file is well formed and self-consistent (every referenced partition exists and has the
+right role).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Partition names appear in URLs (/partitions/<name>/...) and metric labels: DNS-1123 labels.
+_PARTITION_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PartitionRole(str, enum.Enum):
+    """A tenant partition holds tenants' workloads; a resource partition holds machines."""
+
+    TENANT = "tenant"
+    RESOURCE = "resource"
+
+
+class TLSConfig(_Model):
+    """Downstream TLS: the proxy's serving certificate and the CA that signs client certificates."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+
+class ListenConfig(_Model):
+    address: str = "127.0.0.1"
+    port: int = Field(default=6443, ge=0, le=65535)
+    tls: TLSConfig | None = None
+
+
+class PartitionConfig(_Model):
+    name: str
+    role: PartitionRole
+    kubeconfig: Path
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _PARTITION_NAME.match(value):
+            raise ValueError("must be a DNS-1123 label (lower case letters, digits and '-')")
+        return value
+
+
+class TenantRange(_Model):
+    """Tenants whose name sorts in [first, last] (inclusive, by prefix) go to `partition`."""
+
+    first: str
+    last: str
+    partition: str
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TenantRange:
+        if self.first > self.last:
+            raise ValueError(f"first {self.first!r} sorts after last {self.last!r}")
+        return self
+
+
+class TenantRules(_Model):
+    namespace_to_tenant: Literal["prefix", "name", "map"] = "prefix"
+    separator: str = Field(default="-", min_length=1)
+    namespaces: dict[str, str] = Field(default_factory=dict)
+    partitions: dict[str, str] = Field(default_factory=dict)
+    ranges: tuple[TenantRange, ...] = ()
+    default_partition: str | None = None
+
+
+class RegexPlacement(_Model):
+    pattern: str
+    partition: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+class NodePlacement(_Model):
+    placement: Literal["prefix", "regex", "hash"] = "hash"
+    prefixes: dict[str, str] = Field(default_factory=dict)
+    regex: tuple[RegexPlacement, ...] = ()
+
+
+class UpstreamConfig(_Model):
+    # seconds; a TCP+TLS handshake on loopback or a LAN takes milliseconds, 5 s covers a loaded host.
+    connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    # seconds; total time of a non-watch request. kube-apiserver's own default request timeout
+    # is 60 s (--request-timeout), so the proxy never gives up before the partition would.
+    request_timeout_seconds: float = Field(default=60.0, gt=0)
+
+
+class ProxyConfig(_Model):
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    partitions: tuple[PartitionConfig, ...] = Field(min_length=1)
+    system_partition: str
+    tenants: TenantRules = Field(default_factory=TenantRules)
+    nodes: NodePlacement = Field(default_factory=NodePlacement)
+    rv_epoch: int = Field(default=1, ge=0, le=999)
+    upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ProxyConfig:
+        roles = {}
+        for p in self.partitions:
+            if p.name in roles:
+                raise ValueError(f"partitions: duplicate name {p.name!r}")
+            roles[p.name] = p.role
+        if PartitionRole.TENANT not in roles.values():
+            raise ValueError("partitions: at least one tenant partition is required")
+        if PartitionRole.RESOURCE not in roles.values():
+            raise ValueError("partitions: at least one resource partition is required")
+
+        def need(field: str, name: str, role: PartitionRole) -> None:
+            if name not in roles:
+                raise ValueError(f"{field}: unknown partition {name!r}")
+            if roles[name] is not role:
+                raise ValueError(f"{field}: partition {name!r} is not a {role.value} partition")
+
+        need("system_partition", self.system_partition, PartitionRole.TENANT)
+        for tenant, name in self.tenants.partitions.items():
+            need(f"tenants.partitions.{tenant}", name, PartitionRole.TENANT)
+        for i, r in enumerate(self.tenants.ranges):
+            need(f"tenants.ranges.{i}.partition", r.partition, PartitionRole.TENANT)
+        if self.tenants.default_partition is not None:
+            need("tenants.default_partition", self.tenants.default_partition, PartitionRole.TENANT)
+        for prefix, name in self.nodes.prefixes.items():
+            need(f"nodes.prefixes.{prefix}", name, PartitionRole.RESOURCE)
+        for i, rx in enumerate(self.nodes.regex):
+            need(f"nodes.regex.{i}.partition", rx.partition, PartitionRole.RESOURCE)
+        return self
+
+    def names(self, role: PartitionRole) -> tuple[str, ...]:
+        """Partition names of one role, in configuration order (the proxy RV slot order)."""
+        return tuple(p.name for p in self.partitions if p.role is role)

@@ -1,0 +1,1 @@
+"""Development helpers: building real components and running a local federation of partitions."""

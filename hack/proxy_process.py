@@ -1,0 +1,119 @@
+"""Start partition-proxy as its own process in front of a local `Federation`.
+
+Writes the proxy's configuration (tenant partitions by tenant name range `a`-`m` -> tp1,
+`n`-`z` -> tp2, ...; nodes by name prefix `rp<N>-` -> rpN), a serving certificate from the
+federation CA, and waits for the proxy's /readyz. Used by `make run` and the integration tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import signal
+import ssl
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from hack.federation import Federation, FederationError, _free_ports, _tail
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tenant_ranges(tenant_partitions: list[str]) -> list[dict[str, str]]:
+    """Split a..z into contiguous ranges, one per tenant partition (Arktos-style)."""
+    letters = string.ascii_lowercase
+    n = len(tenant_partitions)
+    out = []
+    for i, name in enumerate(tenant_partitions):
+        lo, hi = letters[i * 26 // n], letters[(i + 1) * 26 // n - 1]
+        out.append({"first": lo, "last": hi, "partition": name})
+    return out
+
+
+def write_proxy_config(fed: Federation, directory: Path, *, port: int, rv_epoch: int = 1) -> Path:
+    """Write the serving certificate and config.yaml for a proxy listening on 127.0.0.1:port."""
+    directory.mkdir(parents=True, exist_ok=True)
+    crt, key = fed.ca.issue_serving(directory, "proxy-serving", ["127.0.0.1", "localhost"])
+    tps = [p.name for p in fed.partitions if p.role == "tenant"]
+    rps = [p.name for p in fed.partitions if p.role == "resource"]
+    config = {
+        "listen": {
+            "address": "127.0.0.1",
+            "port": port,
+            "tls": {"cert_file": str(crt), "key_file": str(key), "client_ca_file": str(fed.ca_file)},
+        },
+        "partitions": [
+            {"name": p.name, "role": p.role, "kubeconfig": str(p.proxy_kubeconfig)} for p in fed.partitions
+        ],
+        "system_partition": tps[0],
+        "tenants": {"namespace_to_tenant": "prefix", "separator": "-", "ranges": tenant_ranges(tps)},
+        "nodes": {"placement": "prefix", "prefixes": {f"{name}-": name for name in rps}},
+        "rv_epoch": rv_epoch,
+    }
+    path = directory / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+class ProxyProcess:
+    """One `partition-proxy serve` process. `start()` waits for /readyz; `stop()` ends it."""
+
+    def __init__(self, fed: Federation, directory: Path, *, port: int | None = None) -> None:
+        self.fed = fed
+        self.directory = directory
+        self.port = port or _free_ports(1)[0]
+        self.config_path = write_proxy_config(fed, directory, port=self.port)
+        self.log_path = directory / "proxy.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def _ready(self) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.fed.ca_file))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=5)
+        try:
+            conn.request("GET", "/readyz")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
+
+    def start(self, timeout: float = 60.0) -> ProxyProcess:
+        """Start the proxy and wait (seconds) for its /readyz. Raises FederationError."""
+        exe = Path(sys.executable).parent / "partition-proxy"
+        argv = [str(exe), "serve", "--config", str(self.config_path)]
+        log = self.log_path.open("ab")
+        self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise FederationError(f"partition-proxy exited with {self.popen.returncode}:\n{_tail(self.log_path)}")
+            if self._ready():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise FederationError(f"partition-proxy not ready after {timeout:.0f} s:\n{_tail(self.log_path)}")
+
+    def stop(self) -> None:
+        """SIGTERM, up to 10 s, then SIGKILL. Idempotent."""
+        proc, self.popen = self.popen, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

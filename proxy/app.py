@@ -1,0 +1,162 @@
+"""The aiohttp application: start-up, the request pipeline and the proxy's own endpoints.
+
+Pipeline of an API request: authenticate (client certificate) -> RequestInfo -> `decide()` ->
+forward to one partition | union list/watch over several | reject with a Status.
+The proxy's own endpoints: `/livez`, `/readyz` (every partition's /readyz answers 200), and
+`/metrics` (Prometheus text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from config.models import ProxyConfig
+from proxy.context import ProxyContext
+from proxy.discovery import namespaced_resources
+from proxy.forward import forward, status_response
+from proxy.identity import identity_from_peercert
+from proxy.metrics import Metrics
+from proxy.union import union_list, union_watch
+from proxy.upstream import open_upstream
+from routing.decide import RouteKind, RoutingState, decide
+from routing.placement import Placement
+from routing.protobuf import object_name
+from routing.requestinfo import parse_request_info
+
+log = logging.getLogger("partition_proxy")
+
+CONTEXT = web.AppKey("context", ProxyContext)
+# seconds; how long /readyz waits for a partition's own /readyz before calling it not ready.
+_READYZ_TIMEOUT = 2.0
+_LOCAL_PATHS = frozenset({"/livez", "/readyz", "/metrics", "/healthz"})
+# bytes; the largest create body read to find its name. etcd refuses requests over 1.5 MiB
+# (--max-request-bytes default) and kube-apiserver bodies over 3 MiB, so 3 MiB loses nothing.
+_MAX_CREATE_BODY = 3 * 1024 * 1024
+
+
+def body_name(body: bytes, content_type: str) -> str:
+    """metadata.name of a create body (JSON or protobuf), "" when absent or undecodable."""
+    if content_type.startswith("application/vnd.kubernetes.protobuf"):
+        return object_name(body) or ""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+async def handle_api(request: web.Request) -> web.StreamResponse:
+    ctx = request.app[CONTEXT]
+    started = time.monotonic()
+    info = parse_request_info(request.method, request.rel_url.raw_path, request.query)
+    route_kind, target, code = "reject", "", 0
+    long_running = info.verb == "watch"
+    ctx.metrics.inflight.labels("long-running" if long_running else "other").inc()
+    try:
+        peercert = request.transport.get_extra_info("peercert") if request.transport else None
+        identity = identity_from_peercert(peercert)
+        if identity is None:
+            response: web.StreamResponse = status_response(401, "Unauthorized", "Unauthorized")
+            code = 401
+            return response
+        route = decide(info, ctx.routing)
+        body: bytes | None = None
+        if route.kind is RouteKind.NEEDS_BODY_NAME:
+            body = await request.content.read(_MAX_CREATE_BODY + 1)
+            if len(body) > _MAX_CREATE_BODY:
+                code = 413
+                return status_response(413, "RequestEntityTooLarge", "the request body is too large")
+            route = decide(info, ctx.routing, body_name=body_name(body, request.headers.get("Content-Type", "")))
+        route_kind = route.kind.value
+        if route.kind is RouteKind.REJECT:
+            response = status_response(route.status_code, route.reason, route.message)
+        elif route.kind is RouteKind.FORWARD:
+            target = route.partitions[0]
+            response = await forward(request, ctx=ctx, info=info, route=route, identity=identity, body=body)
+        elif info.verb == "watch":
+            target = "union"
+            response = await union_watch(request, ctx=ctx, info=info, route=route, identity=identity)
+        else:
+            target = "union"
+            response = await union_list(request, ctx=ctx, info=info, route=route, identity=identity)
+        code = response.status
+        return response
+    finally:
+        ctx.metrics.inflight.labels("long-running" if long_running else "other").dec()
+        ctx.metrics.requests.labels(info.verb or request.method.lower(), route_kind, target, str(code or 499)).inc()
+        ctx.metrics.duration.labels(info.verb or request.method.lower(), route_kind).observe(time.monotonic() - started)
+
+
+async def handle_livez(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def handle_readyz(request: web.Request) -> web.Response:
+    """200 when every partition answers its own /readyz with 200 (within 2 s), else 500 with
+    one line per partition, as kube-apiserver's verbose readyz does."""
+    ctx = request.app[CONTEXT]
+
+    async def check(name: str) -> tuple[str, bool]:
+        upstream = ctx.upstreams[name]
+        headers = {"Authorization": upstream.auth_header} if upstream.auth_header else {}
+        try:
+            async with upstream.session.get(
+                upstream.url("/readyz"), headers=headers, timeout=aiohttp.ClientTimeout(total=_READYZ_TIMEOUT)
+            ) as resp:
+                return name, resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return name, False
+
+    results = await asyncio.gather(*(check(n) for n in ctx.upstreams))
+    lines = [f"[{'+' if ok else '-'}]partition-{name} {'ok' if ok else 'failed'}" for name, ok in results]
+    ready = all(ok for _, ok in results)
+    lines.append("readyz check passed" if ready else "readyz check failed")
+    return web.Response(text="\n".join(lines) + "\n", status=200 if ready else 500)
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    return web.Response(body=generate_latest(ctx.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def build_app(config: ProxyConfig) -> web.Application:
+    """The application for `config`. Partition sessions open on start-up and close on cleanup;
+    start-up fails (OSError/ValueError/aiohttp.ClientError) if a kubeconfig is unusable or the
+    system partition's discovery cannot be read."""
+    app = web.Application(client_max_size=_MAX_CREATE_BODY)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        upstreams = {}
+        try:
+            for p in config.partitions:
+                upstreams[p.name] = await open_upstream(p, config.upstream)
+            namespaced = await namespaced_resources(upstreams[config.system_partition])
+            app[CONTEXT] = ProxyContext(
+                config=config,
+                routing=RoutingState(Placement.from_config(config), namespaced, config.rv_epoch),
+                upstreams=upstreams,
+                metrics=Metrics.create(),
+            )
+            log.info("serving %d partitions, %d namespaced resources", len(upstreams), len(namespaced))
+            yield
+        finally:
+            for upstream in upstreams.values():
+                await upstream.session.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    app.router.add_get("/livez", handle_livez)
+    app.router.add_get("/healthz", handle_livez)
+    app.router.add_get("/readyz", handle_readyz)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_route("*", "/{tail:.*}", handle_api)
+    return app

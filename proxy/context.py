@@ -1,0 +1,34 @@
+"""What every request handler needs, assembled once at start-up (no module-level singletons)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from multidict import CIMultiDict
+
+from config.models import ProxyConfig
+from proxy.identity import Identity, add_impersonation
+from proxy.metrics import Metrics
+from proxy.upstream import Upstream
+from routing.decide import RoutingState
+
+
+@dataclass(slots=True)
+class ProxyContext:
+    config: ProxyConfig
+    routing: RoutingState
+    upstreams: dict[str, Upstream]
+    metrics: Metrics
+
+    @property
+    def epoch(self) -> int:
+        return self.routing.rv_epoch
+
+    def upstream_headers(self, base: CIMultiDict[str], upstream: Upstream, identity: Identity) -> CIMultiDict[str]:
+        """`base` (already stripped of client identity headers) plus the proxy's own credential
+        for `upstream` and the client's identity as impersonation headers."""
+        headers = CIMultiDict(base)
+        if upstream.auth_header:
+            headers["Authorization"] = upstream.auth_header
+        add_impersonation(headers, identity)
+        return headers

@@ -1,0 +1,162 @@
+"""Forwarding a request to the one partition that owns it (route kind `forward`).
+
+Bodies stream both ways; a watch is written downstream event by event. Merged resources
+(`Route.rv_space` non-empty) speak proxy RVs to the client: the request's resourceVersion
+(query and JSON body) is translated to the owner's native RV, and JSON answers get theirs
+translated back (`routing.rvrewrite`). Protobuf passes through untouched, with native RVs: the
+proxy does not decode protobuf objects.
+
+Errors: upstream errors are returned as they came. An unreachable partition gives 503
+ServiceUnavailable, a partition that does not answer in time 504 Timeout, both as Status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from urllib.parse import parse_qsl, urlencode
+
+import aiohttp
+from aiohttp import web
+
+from proxy.context import ProxyContext
+from proxy.headers import downstream_response_headers, upstream_request_headers
+from proxy.identity import Identity
+from proxy.streams import iter_lines
+from proxy.upstream import Upstream
+from routing import rv as rvcodec
+from routing.decide import Route
+from routing.merge import translate_single
+from routing.requestinfo import RequestInfo
+from routing.rvrewrite import rewrite_rvs
+from routing.status import expired, status
+
+# Media types whose bodies may carry resourceVersions the proxy translates.
+_JSON_BODY_TYPES = ("application/json", "application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+def status_response(code: int, reason: str, message: str, *, headers: dict[str, str] | None = None) -> web.Response:
+    """A Status answer made by the proxy itself."""
+    return web.json_response(status(code, reason, message), status=code, headers=headers)
+
+
+def expired_response(message: str) -> web.Response:
+    return web.json_response(expired(message), status=410)
+
+
+def upstream_error_response(partition: str, exc: BaseException) -> web.Response:
+    """The Status for a partition the proxy could not talk to."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return status_response(504, "Timeout", f"partition {partition} did not answer in time")
+    return status_response(
+        503,
+        "ServiceUnavailable",
+        f"partition {partition} is unavailable: {type(exc).__name__}",
+        headers={"Retry-After": "1"},
+    )
+
+
+def translated_query(query_string: str, *, replace: dict[str, str | None]) -> str:
+    """The query with some parameters replaced (value) or removed (None); others untouched."""
+    pairs = [(k, v) for k, v in parse_qsl(query_string, keep_blank_values=True) if k not in replace]
+    pairs += [(k, v) for k, v in replace.items() if v is not None]
+    return urlencode(pairs)
+
+
+async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
+    async for chunk in request.content.iter_any():
+        yield chunk
+
+
+async def forward(
+    request: web.Request,
+    *,
+    ctx: ProxyContext,
+    info: RequestInfo,
+    route: Route,
+    identity: Identity,
+    body: bytes | None,
+) -> web.StreamResponse:
+    """Forward one request to `route.partitions[0]` and stream the answer back."""
+    partition = route.partitions[0]
+    upstream = ctx.upstreams[partition]
+    merged = bool(route.rv_space) and partition in route.rv_space
+    slots = len(route.rv_space)
+    slot = route.slot(partition) if merged else 0
+
+    query_string = request.query_string
+    if merged and "resourceVersion" in request.query:
+        try:
+            native = rvcodec.to_native(request.query["resourceVersion"], epoch=ctx.epoch, slots=slots, slot=slot)
+        except rvcodec.RVError as exc:
+            return expired_response(f"too old resource version: {exc}")
+        if native is not None:
+            query_string = translated_query(query_string, replace={"resourceVersion": native})
+
+    headers = ctx.upstream_headers(upstream_request_headers(request.headers), upstream, identity)
+    content_type = request.headers.get("Content-Type", "")
+    if merged:
+        headers.pop("Accept-Encoding", None)  # JSON answers are rewritten: ask for them plain
+        if body is None and request.can_read_body and content_type.startswith(_JSON_BODY_TYPES):
+            body = await request.read()
+        if body is not None and content_type.startswith(_JSON_BODY_TYPES):
+
+            def to_native(value: bytes) -> bytes | None:
+                try:
+                    native = rvcodec.to_native(value.decode(), epoch=ctx.epoch, slots=slots, slot=slot)
+                except rvcodec.RVError:
+                    return None  # the partition rejects it as a conflict, as it would
+                return native.encode() if native is not None else None
+
+            body = rewrite_rvs(body, to_native)
+
+    data: bytes | AsyncIterator[bytes] | None = body
+    if data is None and request.can_read_body:
+        data = _body_chunks(request)
+
+    is_watch = info.verb == "watch" or (info.subresource == "log" and request.query.get("follow") == "true")
+    timeout = upstream.watch_timeout if is_watch else upstream.request_timeout
+    try:
+        upstream_response = await upstream.session.request(
+            request.method,
+            upstream.url(info.upstream_path, query_string),
+            headers=headers,
+            data=data,
+            timeout=timeout,
+            allow_redirects=False,
+        )
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        return upstream_error_response(partition, exc)
+
+    async with upstream_response:
+        answer_type = upstream_response.headers.get("Content-Type", "")
+        rewrite = merged and answer_type.startswith("application/json")
+        translate = translate_single(ctx.epoch, slots, slot)
+        response: web.StreamResponse | None = None
+        try:
+            if not is_watch and rewrite:
+                raw = await upstream_response.read()
+                return web.Response(
+                    status=upstream_response.status,
+                    body=rewrite_rvs(raw, translate),
+                    headers=downstream_response_headers(upstream_response.headers, keep_length=False),
+                )
+            response = web.StreamResponse(
+                status=upstream_response.status,
+                headers=downstream_response_headers(upstream_response.headers, keep_length=not rewrite),
+            )
+            await response.prepare(request)
+            if rewrite:
+                async for line in iter_lines(upstream_response):
+                    await response.write(rewrite_rvs(line, translate))
+            else:
+                async for chunk in upstream_response.content.iter_any():
+                    await response.write(chunk)
+            await response.write_eof()
+            return response
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            if response is None or not response.prepared:
+                return upstream_error_response(partition, exc)
+            # The partition went away mid-stream: end the stream; the client re-watches.
+            await response.write_eof()
+            return response

@@ -1,0 +1,89 @@
+"""Upstream sessions: one aiohttp ClientSession per partition (DESIGN §9, STYLE §6).
+
+Credentials and endpoints come from each partition's kubeconfig, loaded with
+kubernetes-asyncio's kubeconfig loader (client certificate, bearer token, CA, TLS server name).
+Timeouts are per request class: a non-watch request gets `request_timeout_seconds` in total;
+a watch gets no total timeout at all (it lives for as long as the client keeps it) and is ended
+by the partition or the client.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config import load_kube_config
+from yarl import URL
+
+from config.models import PartitionConfig, PartitionRole, UpstreamConfig
+
+
+@dataclass(slots=True)
+class Upstream:
+    """A partition's endpoint and the session that reaches it."""
+
+    name: str
+    role: PartitionRole
+    base_url: URL
+    session: aiohttp.ClientSession
+    auth_header: str | None
+    request_timeout: aiohttp.ClientTimeout
+    watch_timeout: aiohttp.ClientTimeout
+
+    def url(self, path: str, query_string: str = "") -> URL:
+        """The upstream URL of a path and query exactly as given (already percent-encoded)."""
+        text = str(self.base_url).rstrip("/") + path
+        return URL(text + "?" + query_string if query_string else text, encoded=True)
+
+
+async def _load_kubeconfig(path: Path) -> Configuration:
+    cfg = Configuration()
+    await load_kube_config(config_file=str(path), client_configuration=cfg, persist_config=False)
+    return cfg
+
+
+def _ssl_context(cfg: Configuration) -> ssl.SSLContext | bool:
+    if not cfg.host.startswith("https"):
+        return False
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    return ctx
+
+
+async def open_upstream(partition: PartitionConfig, timeouts: UpstreamConfig) -> Upstream:
+    """Load a partition's kubeconfig and open its session. Raises OSError or ValueError (from
+    the kubeconfig loader) when the kubeconfig is unusable."""
+    cfg = await _load_kubeconfig(partition.kubeconfig)
+    connector = aiohttp.TCPConnector(
+        ssl=_ssl_context(cfg),
+        # No cap on connections: every downstream watch holds one upstream connection until
+        # the watch caches multiplex them. Limits per class come with overload protection.
+        limit=0,
+        enable_cleanup_closed=True,
+    )
+    session = aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+    )
+    auth = cfg.api_key.get("authorization") if cfg.api_key else None
+    if auth and not auth.lower().startswith("bearer "):
+        auth = "Bearer " + auth
+    return Upstream(
+        name=partition.name,
+        role=partition.role,
+        base_url=URL(cfg.host),
+        session=session,
+        auth_header=auth,
+        request_timeout=aiohttp.ClientTimeout(
+            total=timeouts.request_timeout_seconds, sock_connect=timeouts.connect_timeout_seconds
+        ),
+        watch_timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_timeout_seconds),
+    )

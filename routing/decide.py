@@ -1,0 +1,169 @@
+"""Route decisions: `decide(RequestInfo, RoutingState) -> Route`. Pure (DESIGN §4).
+
+Precedence, first match wins:
+1. partition path prefix `/partitions/<name>/`: a resource partition pins node-scoped objects
+   (its kubelets' Node, Lease, CSINode); a tenant partition pins everything but node-scoped
+   objects (its scheduler's pods and bindings), whose lists stay the union of all RPs;
+2. node-scoped objects (nodes, leases in kube-node-lease, csinodes): the RP owning the node name;
+3. tenant-scoped objects (namespaces and everything namespaced): the TP owning the tenant;
+4. everything else: the system partition.
+Cluster-wide LIST/WATCH (and deletecollection) of a namespaced resource is a union over all TPs;
+of a node-scoped resource, a union over all RPs.
+
+Every resource that can be merged (node-scoped or namespaced, and namespaces themselves) lives
+in one proxy RV space (`Route.rv_space`): the partitions whose native RVs form its RV vector.
+Cluster-scoped system objects (clusterroles, CRDs, ...) are never merged and keep native RVs.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from routing.placement import NODE_LEASE_NAMESPACE, Placement
+from routing.requestinfo import RequestInfo
+
+NODE_SCOPED = frozenset({("", "nodes"), ("storage.k8s.io", "csinodes")})
+NODE_LEASE = ("coordination.k8s.io", "leases")
+NAMESPACES = ("", "namespaces")
+_UNION_VERBS = frozenset({"list", "watch", "deletecollection"})
+
+
+class RouteKind(enum.Enum):
+    FORWARD = "forward"  # one partition answers
+    FAN_OUT = "fan-out"  # union list / union watch over several partitions
+    NEEDS_BODY_NAME = "needs-body-name"  # create without a name in the URL: decide again with it
+    REJECT = "reject"  # the proxy answers with a Status itself
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingState:
+    """What routing needs besides the request: placement rules, the set of namespaced
+    resources (group, resource) learned from discovery, and the RV epoch."""
+
+    placement: Placement
+    namespaced: frozenset[tuple[str, str]]
+    rv_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a request goes.
+
+    partitions: one (FORWARD) or several (FAN_OUT), target partitions in slot order.
+    rv_space: the partitions forming the proxy RV vector of this resource, or () when the
+      resource keeps native RVs (never merged).
+    owner_filter: a union must drop items whose owning partition is not the one that sent them
+      (every TP has its own kube-system, default, ...).
+    status_code/reason/message: for REJECT, the Status to answer.
+    """
+
+    kind: RouteKind
+    partitions: tuple[str, ...] = ()
+    rv_space: tuple[str, ...] = ()
+    owner_filter: bool = False
+    status_code: int = 0
+    reason: str = ""
+    message: str = ""
+
+    def slot(self, partition: str) -> int:
+        """The slot of `partition` in this route's RV space. Raises ValueError if absent."""
+        return self.rv_space.index(partition)
+
+
+def _not_found() -> Route:
+    # kube-apiserver's answer to a path it does not serve (genericapiserver NotFoundHandler).
+    return Route(
+        RouteKind.REJECT,
+        status_code=404,
+        reason="NotFound",
+        message="the server could not find the requested resource",
+    )
+
+
+def is_node_scoped(info: RequestInfo) -> bool:
+    key = (info.api_group, info.resource)
+    if key in NODE_SCOPED:
+        return True
+    return key == NODE_LEASE and info.namespace == NODE_LEASE_NAMESPACE
+
+
+def rv_space_of(info: RequestInfo, state: RoutingState) -> tuple[str, ...]:
+    """The RV space of the resource a request is about (see module docstring)."""
+    p = state.placement
+    if not info.is_resource_request or info.malformed:
+        return ()
+    if is_node_scoped(info):
+        return p.resource_partitions
+    key = (info.api_group, info.resource)
+    if info.namespace or key == NAMESPACES or key in state.namespaced:
+        return p.tenant_partitions
+    return ()
+
+
+def owner_of_namespaced(namespace: str, state: RoutingState, *, tenant: str = "") -> str:
+    """The partition that owns an object in `namespace` (a tenant partition)."""
+    return state.placement.partition_of_namespace(namespace, tenant=tenant)
+
+
+def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = None) -> Route:
+    """Decide where a request goes. `body_name` is metadata.name of a create's body, when the
+    URL has no name and the caller has read it (after a NEEDS_BODY_NAME answer)."""
+    p = state.placement
+    pinned = info.partition
+    if pinned and pinned not in p.config_names:
+        return _not_found()
+    space = rv_space_of(info, state)
+
+    if not info.is_resource_request or info.malformed:
+        # Discovery, /version, /openapi and paths kube-apiserver will answer itself.
+        return Route(RouteKind.FORWARD, (pinned or p.system_partition,))
+
+    node_scoped = is_node_scoped(info)
+    key = (info.api_group, info.resource)
+
+    # 1. A partition path prefix.
+    if pinned:
+        pinned_is_rp = pinned in p.resource_partitions
+        if pinned_is_rp and node_scoped:
+            return Route(RouteKind.FORWARD, (pinned,), space)
+        if not pinned_is_rp and not node_scoped:
+            return Route(RouteKind.FORWARD, (pinned,), space)
+
+    # 2. Node-scoped objects.
+    if node_scoped:
+        name = info.name or (body_name if info.verb == "create" else None)
+        if name:
+            return Route(RouteKind.FORWARD, (p.partition_of_node(name),), space)
+        if info.verb == "create":
+            if body_name is None:
+                return Route(RouteKind.NEEDS_BODY_NAME)
+            # No name in the body either (generateName): the first RP validates and names it.
+            return Route(RouteKind.FORWARD, (p.resource_partitions[0],), space)
+        if info.verb in _UNION_VERBS:
+            return Route(RouteKind.FAN_OUT, p.resource_partitions, space)
+        return Route(RouteKind.FORWARD, (p.resource_partitions[0],), space)
+
+    # 3. Tenant-scoped objects.
+    if key == NAMESPACES:
+        name = info.name or (body_name if info.verb == "create" else None)
+        if name:
+            owner = owner_of_namespaced(name, state, tenant=info.tenant)
+            return Route(RouteKind.FORWARD, (owner,), space)
+        if info.verb == "create":
+            if body_name is None:
+                return Route(RouteKind.NEEDS_BODY_NAME)
+            return Route(RouteKind.FORWARD, (p.system_partition,), space)
+        if info.verb in _UNION_VERBS:
+            return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
+        return Route(RouteKind.FORWARD, (p.system_partition,), space)
+    if info.namespace:
+        owner = owner_of_namespaced(info.namespace, state, tenant=info.tenant)
+        return Route(RouteKind.FORWARD, (owner,), space)
+    if key in state.namespaced and info.verb in _UNION_VERBS:
+        if info.tenant:  # Arktos: every namespace of one tenant lives in that tenant's TP
+            return Route(RouteKind.FORWARD, (p.partition_of_tenant(info.tenant),), space)
+        return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
+
+    # 4. Everything else.
+    return Route(RouteKind.FORWARD, (p.system_partition,), space)

@@ -1,0 +1,114 @@
+"""Placement rules: which tenant owns a namespace, which tenant partition owns a tenant, and
+which resource partition owns a node name. Pure functions of the configuration.
+
+Tenant of a namespace (first match): the Arktos tenant named in the path; the explicit
+`tenants.namespaces` map; then the configured mode: `prefix` (text before the first separator,
+the whole name if there is none), `name` (the namespace name itself) or `map` (explicit map only,
+else no tenant).
+
+Tenant partition of a tenant (first match): explicit `tenants.partitions` map; Arktos-style
+name ranges `tenants.ranges` (a tenant matches a range when `first <= tenant[:len(bound)]`
+compared per bound, so `a`..`m` takes every name starting with a letter from a to m);
+`tenants.default_partition`; else the system partition.
+
+Resource partition of a node (first match in the configured mode): `prefix` (longest matching
+name prefix), `regex` (first matching pattern, `re.match`), `hash` (FNV-1a 64 of the name
+modulo the number of resource partitions, in configuration order). A prefix or regex rule that
+matches nothing falls back to the hash, so every name has exactly one owner.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from config.models import PartitionRole, ProxyConfig
+
+# Namespaces every kube-apiserver creates for itself; they belong to no tenant and are owned by
+# the system partition (DESIGN §1). kube-node-lease holds node leases, which are node-scoped.
+SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+_FNV64_OFFSET = 0xCBF29CE484222325
+_FNV64_PRIME = 0x100000001B3
+_U64 = (1 << 64) - 1
+
+
+def fnv1a64(text: str) -> int:
+    """FNV-1a, 64 bit, of the UTF-8 bytes: stable across processes and Python versions."""
+    h = _FNV64_OFFSET
+    for byte in text.encode():
+        h = ((h ^ byte) * _FNV64_PRIME) & _U64
+    return h
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The placement rules compiled from a ProxyConfig."""
+
+    config: ProxyConfig
+    tenant_partitions: tuple[str, ...]
+    resource_partitions: tuple[str, ...]
+    node_regex: tuple[tuple[re.Pattern[str], str], ...]
+    node_prefixes: tuple[tuple[str, str], ...]  # longest prefix first
+
+    @classmethod
+    def from_config(cls, config: ProxyConfig) -> Placement:
+        return cls(
+            config=config,
+            tenant_partitions=config.names(PartitionRole.TENANT),
+            resource_partitions=config.names(PartitionRole.RESOURCE),
+            node_regex=tuple((re.compile(r.pattern), r.partition) for r in config.nodes.regex),
+            node_prefixes=tuple(sorted(config.nodes.prefixes.items(), key=lambda kv: -len(kv[0]))),
+        )
+
+    @property
+    def config_names(self) -> frozenset[str]:
+        """Every configured partition name."""
+        return frozenset(self.tenant_partitions + self.resource_partitions)
+
+    @property
+    def system_partition(self) -> str:
+        return self.config.system_partition
+
+    def tenant_of_namespace(self, namespace: str) -> str:
+        """The tenant that owns `namespace`, or "" when the namespace belongs to no tenant."""
+        rules = self.config.tenants
+        if namespace in rules.namespaces:
+            return rules.namespaces[namespace]
+        if rules.namespace_to_tenant == "prefix":
+            return namespace.split(rules.separator, 1)[0]
+        if rules.namespace_to_tenant == "name":
+            return namespace
+        return ""
+
+    def partition_of_tenant(self, tenant: str) -> str:
+        rules = self.config.tenants
+        if tenant in rules.partitions:
+            return rules.partitions[tenant]
+        for r in rules.ranges:
+            if r.first <= tenant[: len(r.first)] and tenant[: len(r.last)] <= r.last:
+                return r.partition
+        return rules.default_partition or self.system_partition
+
+    def partition_of_namespace(self, namespace: str, *, tenant: str = "") -> str:
+        """The tenant partition that owns a namespace (and everything namespaced in it)."""
+        if namespace in SYSTEM_NAMESPACES:
+            return self.system_partition
+        tenant = tenant or self.tenant_of_namespace(namespace)
+        if not tenant:
+            return self.system_partition
+        return self.partition_of_tenant(tenant)
+
+    def partition_of_node(self, node: str) -> str:
+        """The resource partition a node of this name is placed in (create) or looked up in."""
+        mode = self.config.nodes.placement
+        if mode == "prefix":
+            for prefix, partition in self.node_prefixes:
+                if node.startswith(prefix):
+                    return partition
+        elif mode == "regex":
+            for pattern, partition in self.node_regex:
+                if pattern.match(node):
+                    return partition
+        return self.resource_partitions[fnv1a64(node) % len(self.resource_partitions)]

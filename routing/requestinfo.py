@@ -1,0 +1,154 @@
+"""RequestInfo: what a Kubernetes API request is about, parsed from its method, path and query.
+
+Pure: no I/O. Mirrors `k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`
+(RequestInfoFactory.NewRequestInfo), extended with the two prefixes partition-proxy understands:
+
+- the partition path prefix `/partitions/<name>/...` (like kcp's `/clusters/<name>`), which pins
+  the client's home partition;
+- the Arktos tenant path `/api/v1/tenants/<tenant>/...` (also under `/apis/<group>/<version>/`),
+  which names the tenant explicitly. Partitions are vanilla kube-apiservers, so the tenant
+  segment is removed from the path sent upstream.
+
+`parse_request_info` never raises: a path it cannot make sense of is returned with
+`malformed=True` so the caller forwards it to the system partition, which answers exactly as
+kube-apiserver does (usually 404 NotFound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Verbs that take no subresource (requestinfo.go specialVerbsNoSubresources).
+_SPECIAL_VERBS_NO_SUBRESOURCES = frozenset({"proxy"})
+# Path segments after namespaces/<ns> that are subresources of the namespace itself
+# (requestinfo.go namespaceSubresources).
+_NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
+_READ_METHODS = frozenset({"GET", "HEAD"})
+_METHOD_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """A parsed request. Field names follow apiserver's RequestInfo, snake_cased.
+
+    `upstream_path` is the path to send to a partition: the partition prefix and the Arktos
+    tenant segment removed, everything else byte-for-byte as the client sent it.
+    """
+
+    method: str
+    upstream_path: str
+    is_resource_request: bool
+    verb: str = ""
+    api_prefix: str = ""
+    api_group: str = ""
+    api_version: str = ""
+    namespace: str = ""
+    resource: str = ""
+    subresource: str = ""
+    name: str = ""
+    partition: str = ""
+    tenant: str = ""
+    malformed: bool = False
+
+    @property
+    def is_collection(self) -> bool:
+        """True for list, watch, deletecollection and a create without a name in the URL."""
+        return self.is_resource_request and not self.name
+
+
+def _watch_param(query: Mapping[str, str]) -> bool:
+    value = query.get("watch", "")
+    return value.lower() in {"true", "1"}
+
+
+def parse_request_info(method: str, path: str, query: Mapping[str, str]) -> RequestInfo:
+    """Parse one request. `path` is the URL path (not decoded further), `query` its parameters."""
+    method = method.upper()
+    partition = ""
+    rest = path
+    if rest.startswith("/partitions/"):
+        parts = rest.split("/", 3)  # "", "partitions", name, rest
+        partition = parts[2]
+        rest = "/" + parts[3] if len(parts) > 3 else "/"
+        if not partition:
+            return RequestInfo(method, rest, False, partition="", malformed=True)
+
+    segments = rest.strip("/").split("/") if rest.strip("/") else []
+    base = RequestInfo(method=method, upstream_path=rest, is_resource_request=False, partition=partition)
+
+    if not segments or segments[0] not in {"api", "apis"}:
+        return base
+    prefix = segments[0]
+    if prefix == "api":
+        if len(segments) < 3:  # /api, /api/v1: discovery
+            return base
+        group, version, parts = "", segments[1], segments[2:]
+    else:
+        if len(segments) < 4:  # /apis, /apis/<g>, /apis/<g>/<v>: discovery
+            return base
+        group, version, parts = segments[1], segments[2], segments[3:]
+
+    tenant = ""
+    if parts[0] == "tenants" and len(parts) >= 2:
+        tenant = parts[1]
+        parts = parts[2:]
+        head = [prefix] + ([group] if group else []) + [version]
+        rest = "/" + "/".join(head + parts)
+        if not parts:  # /api/v1/tenants/<t>: the tenant object itself is not served upstream
+            return RequestInfo(method, rest, False, partition=partition, tenant=tenant, malformed=True)
+
+    malformed = any(not s for s in parts) or not version or (prefix == "apis" and not group)
+
+    verb = ""
+    if method in _READ_METHODS:
+        verb = "get"
+    else:
+        verb = _METHOD_VERBS.get(method, method.lower())
+    if parts and parts[0] == "watch":
+        verb = "watch"
+        parts = parts[1:]
+        if not parts:
+            malformed = True
+    elif parts and parts[0] == "proxy":
+        verb = "proxy"
+        parts = parts[1:]
+
+    namespace = ""
+    if parts and parts[0] == "namespaces" and len(parts) > 1:
+        namespace = parts[1]
+        if len(parts) > 2 and parts[2] not in _NAMESPACE_SUBRESOURCES:
+            parts = parts[2:]
+
+    resource = subresource = name = ""
+    if len(parts) >= 3 and verb not in _SPECIAL_VERBS_NO_SUBRESOURCES:
+        subresource = parts[2]
+    if len(parts) >= 2:
+        name = parts[1]
+    if len(parts) >= 1:
+        resource = parts[0]
+
+    if not name:
+        if verb == "get":
+            verb = "watch" if _watch_param(query) else "list"
+        elif verb == "delete":
+            verb = "deletecollection"
+    elif verb == "get" and _watch_param(query):
+        verb = "watch"  # GET of one object with ?watch=true (deprecated form)
+
+    return RequestInfo(
+        method=method,
+        upstream_path=rest,
+        is_resource_request=True,
+        verb=verb,
+        api_prefix=prefix,
+        api_group=group,
+        api_version=version,
+        namespace=namespace,
+        resource=resource,
+        subresource=subresource,
+        name=name,
+        partition=partition,
+        tenant=tenant,
+        malformed=malformed or not resource,
+    )
