@@ -3,11 +3,13 @@
 # pinned in hack/k8s (Kubernetes v1.36.3, etcd v3.6.8 as Kubernetes itself requires).
 # Binaries are cached in .local/bin keyed by version: only the first run pays for the build.
 # Go's own module and build caches (GOMODCACHE, GOCACHE) stay in their default places so they
-# stay warm across fresh clones on this machine.
+# stay warm across fresh clones on this machine, and each built binary is also kept in
+# $PARTITION_PROXY_CACHE (default ~/.cache/partition-proxy/bin), from which a fresh clone copies it.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin="$top/.local/bin"
-mkdir -p "$bin"
+cache="${PARTITION_PROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/partition-proxy/bin}"
+mkdir -p "$bin" "$cache"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 K8S_VERSION=v1.36.3   # keep in step with hack/k8s/go.mod
@@ -16,6 +18,10 @@ ETCD_VERSION=v3.6.8   # the etcd server k8s.io/kubernetes v1.36.3 requires
 build() {  # build NAME VERSION PACKAGE [LDFLAGS]
   local name=$1 version=$2 pkg=$3 ldflags=${4:-}
   local out="$bin/$name-$version"
+  if [ ! -x "$out" ] && [ -x "$cache/$name-$version" ]; then
+    cp "$cache/$name-$version" "$out.tmp" && mv "$out.tmp" "$out"
+    echo "$name $version taken from $cache" >&2
+  fi
   if [ -x "$out" ]; then
     ln -sf "$name-$version" "$bin/$name"
     return
@@ -25,6 +31,7 @@ build() {  # build NAME VERSION PACKAGE [LDFLAGS]
   (cd "$top/hack/k8s" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   ln -sf "$name-$version" "$bin/$name"
+  cp "$out" "$cache/$name-$version.tmp" && mv "$cache/$name-$version.tmp" "$cache/$name-$version"
   echo "built $name $version in $((SECONDS - start)) s" >&2
 }
 

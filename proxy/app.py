@@ -78,7 +78,9 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
                 return status_response(413, "RequestEntityTooLarge", "the request body is too large")
             route = decide(info, ctx.routing, body_name=body_name(body, request.headers.get("Content-Type", "")))
         route_kind = route.kind.value
-        if route.kind is RouteKind.REJECT:
+        if route.kind is RouteKind.REJECT and route.plain_text:
+            response = web.Response(status=route.status_code, text=route.message + "\n")
+        elif route.kind is RouteKind.REJECT:
             response = status_response(route.status_code, route.reason, route.message)
         elif route.kind is RouteKind.FORWARD:
             target = route.partitions[0]

@@ -65,6 +65,7 @@ class Route:
     status_code: int = 0
     reason: str = ""
     message: str = ""
+    plain_text: bool = False  # answer `message` as text/plain, as kube-apiserver does for unknown paths
 
     def slot(self, partition: str) -> int:
         """The slot of `partition` in this route's RV space. Raises ValueError if absent."""
@@ -72,13 +73,9 @@ class Route:
 
 
 def _not_found() -> Route:
-    # kube-apiserver's answer to a path it does not serve (genericapiserver NotFoundHandler).
-    return Route(
-        RouteKind.REJECT,
-        status_code=404,
-        reason="NotFound",
-        message="the server could not find the requested resource",
-    )
+    # kube-apiserver's answer to a path no handler serves: Go's http.NotFound, text/plain
+    # "404 page not found" (k8s.io/apiserver/pkg/server/mux).
+    return Route(RouteKind.REJECT, status_code=404, reason="NotFound", message="404 page not found", plain_text=True)
 
 
 def is_node_scoped(info: RequestInfo) -> bool:

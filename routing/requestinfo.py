@@ -98,7 +98,7 @@ def parse_request_info(method: str, path: str, query: Mapping[str, str]) -> Requ
         if not parts:  # /api/v1/tenants/<t>: the tenant object itself is not served upstream
             return RequestInfo(method, rest, False, partition=partition, tenant=tenant, malformed=True)
 
-    malformed = any(not s for s in parts) or not version or (prefix == "apis" and not group)
+    malformed = not version or (prefix == "apis" and not group)
 
     verb = ""
     if method in _READ_METHODS:
@@ -119,6 +119,10 @@ def parse_request_info(method: str, path: str, query: Mapping[str, str]) -> Requ
         namespace = parts[1]
         if len(parts) > 2 and parts[2] not in _NAMESPACE_SUBRESOURCES:
             parts = parts[2:]
+
+    # An empty namespace segment (`namespaces//pods`) means "all namespaces", as in
+    # kube-apiserver; any other empty segment is a path no API serves.
+    malformed = malformed or any(not s for s in parts)
 
     resource = subresource = name = ""
     if len(parts) >= 3 and verb not in _SPECIAL_VERBS_NO_SUBRESOURCES:

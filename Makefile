@@ -1,0 +1,37 @@
+# The two commands of the README: `make run` and `make test`. Both set up everything they need
+# on a fresh machine: the venv (.venv), the real kube-apiserver and etcd (.local/bin).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: run test unit venv components lint clean
+
+$(STAMP): pyproject.toml
+	rm -f $(VENV)/.installed-*
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+components:
+	bash hack/build-components.sh
+
+run: venv components
+	$(VENV)/bin/python -m hack.run
+
+lint: venv
+	$(VENV)/bin/lint-imports
+
+# Unit tests only (pure logic, no partitions): seconds.
+unit: venv
+	$(VENV)/bin/pytest tests/routing tests/config -q
+
+test: venv components lint
+	$(VENV)/bin/pytest -q -rfE
+
+clean:
+	rm -rf $(VENV) .local

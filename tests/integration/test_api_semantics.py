@@ -1,0 +1,146 @@
+"""What real clients see through the proxy: discovery, Status errors identical to
+kube-apiserver's, protobuf pass-through, identity forwarding, health and metrics."""
+
+from __future__ import annotations
+
+import json
+import ssl
+
+import aiohttp
+import pytest
+from multidict import CIMultiDict
+from yarl import URL
+
+from tests.integration.conftest import Kube, node
+
+AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
+async def _get(url: str, ctx: ssl.SSLContext, headers: dict[str, str] | None = None) -> tuple[int, CIMultiDict[str], bytes]:
+    """GET the URL exactly as written (no path normalisation)."""
+    async with aiohttp.ClientSession() as s:
+        async with s.get(URL(url, encoded=True), ssl=ctx, headers=headers or {}) as r:
+            return r.status, CIMultiDict(r.headers), await r.read()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/pods?resourceVersion=abc",  # garbage RV on a union list
+        "/api/v1/nodes?resourceVersion=abc&watch=1",  # garbage RV on a union watch
+        "/api/v1/namespaces/acme-x/pods?resourceVersion=abc",  # garbage RV on a forwarded list
+        "/api/v1/pods?labelSelector=a%20in%20(",  # bad label selector
+        "/api/v1/pods?fieldSelector=spec.bogus%3Dx",  # unsupported field selector
+        "/api/v1/nodes?fieldSelector=metadata.name%3D%3D%3Dx",  # malformed field selector
+        "/api/v1/namespaces//pods",  # malformed path
+        "/api/v1/nosuchresource",  # unknown resource
+        "/apis/nosuch.group/v1/things",  # unknown group
+        "/api/v1/namespaces/acme-x/pods/missing",  # missing object
+    ],
+)
+async def test_bad_requests_get_the_same_status_as_from_kube_apiserver(kube: Kube, path: str) -> None:
+    code, _, body = await _get(kube.proxy.server + path, kube.client_ssl())
+    direct_code, _, direct_body = await _get(kube.fed.partition("tp1").server + path, kube.partition_ssl("tp1"))
+    assert code == direct_code, (body, direct_body)
+    if not direct_body.startswith(b"{"):
+        assert body == direct_body  # e.g. "404 page not found" as text/plain
+        return
+    got, want = json.loads(body), json.loads(direct_body)
+    assert got["kind"] == want["kind"]
+    if want["kind"] == "Status":
+        assert (got.get("reason"), got["code"]) == (want.get("reason"), want["code"])
+
+
+async def test_unknown_partition_prefix_is_not_found_like_an_unknown_path(kube: Kube) -> None:
+    code, headers, body = await _get(kube.proxy.server + "/partitions/nope/api/v1/pods", kube.client_ssl())
+    direct = await _get(kube.fed.partition("tp1").server + "/nope/api/v1/pods", kube.partition_ssl("tp1"))
+    assert (code, body) == (direct[0], direct[2]) == (404, b"404 page not found\n")
+    assert headers["Content-Type"] == direct[1]["Content-Type"]
+
+
+@pytest.mark.parametrize("path", ["/api/v1/pods?resourceVersion=123", "/api/v1/nodes?watch=1&resourceVersion=10000000000000000000001"])
+async def test_a_resource_version_the_proxy_cannot_decode_is_expired(kube: Kube, path: str) -> None:
+    code, _, body = await _get(kube.proxy.server + path, kube.client_ssl())
+    status = json.loads(body)
+    assert (code, status["reason"], status["code"]) == (410, "Expired", 410)
+
+
+async def test_aggregated_discovery_keeps_content_type_etag_and_304(kube: Kube) -> None:
+    ctx = kube.client_ssl()
+    code, headers, body = await _get(kube.proxy.server + "/apis", ctx, {"Accept": AGGREGATED + ",application/json"})
+    assert code == 200
+    assert headers["Content-Type"].startswith(AGGREGATED)
+    assert json.loads(body)["kind"] == "APIGroupDiscoveryList"
+    etag = headers["ETag"]
+    code, _, _ = await _get(kube.proxy.server + "/apis", ctx, {"Accept": AGGREGATED, "If-None-Match": etag})
+    assert code == 304
+
+
+@pytest.mark.parametrize("path", ["/version", "/api", "/apis", "/api/v1", "/apis/apps/v1", "/openapi/v2", "/openapi/v3"])
+async def test_discovery_documents_are_served(kube: Kube, path: str) -> None:
+    code, _, body = await _get(kube.proxy.server + path, kube.client_ssl())
+    direct_code, _, direct_body = await _get(kube.fed.partition("tp1").server + path, kube.partition_ssl("tp1"))
+    assert code == direct_code == 200
+    assert body == direct_body
+
+
+async def test_protobuf_passes_through_on_a_single_partition_route(kube: Kube, unique: str) -> None:
+    name = f"rp1-proto-{unique}"
+    kube.create(node(name), kubeconfig=kube.direct("rp1"))
+    code, headers, body = await _get(f"{kube.proxy.server}/api/v1/nodes/{name}", kube.client_ssl(), {"Accept": PROTOBUF})
+    assert code == 200
+    assert headers["Content-Type"] == PROTOBUF
+    assert body.startswith(b"k8s\x00") and name.encode() in body
+
+
+async def test_union_list_answers_json_to_a_protobuf_preferring_client(kube: Kube) -> None:
+    code, headers, body = await _get(
+        kube.proxy.server + "/api/v1/nodes", kube.client_ssl(), {"Accept": f"{PROTOBUF},application/json"}
+    )
+    assert code == 200 and headers["Content-Type"].startswith("application/json")
+    assert json.loads(body)["kind"] == "NodeList"
+
+
+def test_client_identity_reaches_partitions_and_forged_identity_headers_change_nothing(kube: Kube) -> None:
+    who = json.loads(kube.kubectl("auth", "whoami", "-o", "json"))
+    assert who["status"]["userInfo"]["username"] == "admin"
+    assert "partition-proxy:admins" in who["status"]["userInfo"]["groups"]
+    node_kubeconfig = kube.fed.issue_client_kubeconfig(
+        "node-ident", user="system:node:rp1-ident", groups=["system:nodes"], server=kube.proxy.server
+    )
+    # kubectl --as sends Impersonate-User: the proxy strips it, the node stays itself.
+    who = json.loads(kube.kubectl("auth", "whoami", "-o", "json", "--as", "admin", kubeconfig=node_kubeconfig))
+    assert who["status"]["userInfo"]["username"] == "system:node:rp1-ident"
+    denied = kube.kubectl("get", "secrets", "-n", "kube-system", kubeconfig=node_kubeconfig, check=False)
+    assert denied == ""
+
+
+def test_node_identity_is_judged_by_the_partitions_node_authorizer(kube: Kube, unique: str) -> None:
+    mine, other = f"rp1-own-{unique}", f"rp1-other-{unique}"
+    for name in (mine, other):
+        kube.create(node(name), kubeconfig=kube.direct("rp1"))
+    kubeconfig = kube.fed.issue_client_kubeconfig(
+        f"node-{unique}", user=f"system:node:{mine}", groups=["system:nodes"], server=kube.proxy.server
+    )
+    assert kube.kubectl("get", "node", mine, "-o", "name", kubeconfig=kubeconfig).strip() == f"node/{mine}"
+    assert kube.kubectl("get", "node", other, "-o", "name", kubeconfig=kubeconfig, check=False) == ""
+
+
+async def test_request_without_client_certificate_is_unauthorized(kube: Kube) -> None:
+    ctx = ssl.create_default_context(cafile=str(kube.fed.ca_file))
+    code, _, body = await _get(kube.proxy.server + "/api/v1/nodes", ctx)
+    assert code == 401 and json.loads(body)["reason"] == "Unauthorized"
+
+
+async def test_health_and_metrics(kube: Kube) -> None:
+    ctx = ssl.create_default_context(cafile=str(kube.fed.ca_file))
+    assert (await _get(kube.proxy.server + "/livez", ctx))[0] == 200
+    code, _, body = await _get(kube.proxy.server + "/readyz", ctx)
+    assert code == 200 and b"partition-rp2 ok" in body
+    await _get(kube.proxy.server + "/api/v1/nodes", kube.client_ssl())
+    code, _, body = await _get(kube.proxy.server + "/metrics", ctx)
+    text = body.decode()
+    assert code == 200
+    assert 'partition_proxy_requests_total{code="200",partition="union",route="fan-out",verb="list"}' in text
+    assert "partition_proxy_request_duration_seconds_bucket" in text

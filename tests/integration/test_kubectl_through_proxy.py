@@ -1,0 +1,93 @@
+"""The real kubectl through the proxy, checked against the partitions' own state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from tests.integration.conftest import Kube, node, pod
+
+
+def _names(out: str) -> set[str]:
+    return {line.split("/", 1)[-1] for line in out.split()}
+
+
+def test_get_nodes_lists_the_nodes_of_every_resource_partition(kube: Kube, unique: str) -> None:
+    kube.create(node(f"rp1-list-{unique}"), kubeconfig=kube.direct("rp1"))
+    kube.create(node(f"rp2-list-{unique}"), kubeconfig=kube.direct("rp2"))
+    names = _names(kube.kubectl("get", "nodes", "-o", "name"))
+    assert {f"rp1-list-{unique}", f"rp2-list-{unique}"} <= names
+    direct = _names(kube.kubectl("get", "nodes", "-o", "name", kubeconfig=kube.direct("rp1")))
+    direct |= _names(kube.kubectl("get", "nodes", "-o", "name", kubeconfig=kube.direct("rp2")))
+    assert names == direct
+
+
+def test_get_and_label_node_reach_the_nodes_own_resource_partition(kube: Kube, unique: str) -> None:
+    name = f"rp2-label-{unique}"
+    kube.create(node(name), kubeconfig=kube.direct("rp2"))
+    got = json.loads(kube.kubectl("get", "node", name, "-o", "json"))
+    assert got["metadata"]["name"] == name
+    kube.kubectl("label", "node", name, f"checked={unique}")
+    on_rp2 = json.loads(kube.kubectl("get", "node", name, "-o", "json", kubeconfig=kube.direct("rp2")))
+    assert on_rp2["metadata"]["labels"]["checked"] == unique
+    assert kube.kubectl("get", "node", name, "-o", "name", kubeconfig=kube.direct("rp1"), check=False) == ""
+
+
+def test_node_created_through_the_proxy_lands_in_its_placed_partition(kube: Kube, unique: str) -> None:
+    name = f"rp1-created-{unique}"
+    kube.create(node(name))
+    assert kube.kubectl("get", "node", name, "-o", "name", kubeconfig=kube.direct("rp1")).strip() == f"node/{name}"
+    assert kube.kubectl("get", "node", name, "-o", "name", kubeconfig=kube.direct("rp2"), check=False) == ""
+
+
+def test_namespace_and_pods_of_a_tp2_tenant_land_in_tp2_only(kube: Kube, unique: str) -> None:
+    namespace = f"zoo{unique}-app"  # tenant zoo<...>: n-z -> tp2
+    kube.kubectl("create", "namespace", namespace)
+    assert kube.kubectl("get", "ns", namespace, "-o", "name", kubeconfig=kube.direct("tp2")).strip()
+    assert kube.kubectl("get", "ns", namespace, "-o", "name", kubeconfig=kube.direct("tp1"), check=False) == ""
+    kube.create(pod(namespace, "p1", "rp1-any"))
+    assert kube.kubectl("-n", namespace, "get", "pod", "p1", "-o", "name", kubeconfig=kube.direct("tp2")).strip() == "pod/p1"
+    assert kube.kubectl("-n", namespace, "get", "pods", "-o", "name", kubeconfig=kube.direct("tp1")) == ""
+
+
+def test_get_pods_all_namespaces_shows_pods_of_both_tenant_partitions(kube: Kube, unique: str) -> None:
+    ns1, ns2 = f"acme{unique}-a", f"zoo{unique}-b"
+    for ns in (ns1, ns2):
+        kube.kubectl("create", "namespace", ns)
+        kube.create(pod(ns, f"pod-{ns}", "rp1-any"))
+    out = kube.kubectl("get", "pods", "-A", "--no-headers")
+    rows = {tuple(line.split()[:2]) for line in out.splitlines()}
+    assert (ns1, f"pod-{ns1}") in rows
+    assert (ns2, f"pod-{ns2}") in rows
+    assert kube.kubectl("-n", ns1, "get", "pods", "-o", "name", kubeconfig=kube.direct("tp1")).strip()
+    assert kube.kubectl("-n", ns2, "get", "pods", "-o", "name", kubeconfig=kube.direct("tp2")).strip()
+
+
+def test_get_namespaces_shows_each_system_namespace_once(kube: Kube) -> None:
+    names = kube.kubectl("get", "namespaces", "-o", "name").split()
+    assert names.count("namespace/kube-system") == 1
+    assert names.count("namespace/default") == 1
+
+
+def test_get_pods_all_namespaces_watch_prints_events_from_both_partitions(kube: Kube, unique: str) -> None:
+    ns1, ns2 = f"acme{unique}-w", f"zoo{unique}-w"
+    for ns in (ns1, ns2):
+        kube.kubectl("create", "namespace", ns)
+    watcher = subprocess.Popen(
+        [kube.kubectl_path, "--kubeconfig", str(kube.admin), "get", "pods", "-A", "-w", "--no-headers"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(2)  # kubectl lists, then opens the watch from the list's resourceVersion
+        for ns in (ns1, ns2):
+            kube.create(pod(ns, f"late-{ns}", "rp2-any"))
+        time.sleep(3)
+    finally:
+        watcher.terminate()
+        out, err = watcher.communicate(timeout=10)
+    seen = {tuple(line.split()[:2]) for line in out.splitlines()}
+    assert (ns1, f"late-{ns1}") in seen, (out, err)
+    assert (ns2, f"late-{ns2}") in seen, (out, err)

@@ -1,0 +1,40 @@
+"""`partition-proxy serve` refuses a bad configuration with one line naming the field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXE = Path(sys.executable).parent / "partition-proxy"
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ("partitions: []\nsystem_partition: tp1\n", "partitions"),
+        (
+            "partitions:\n- {name: tp1, role: tenant, kubeconfig: a}\n- {name: rp1, role: rsrc, kubeconfig: b}\n"
+            "system_partition: tp1\n",
+            "partitions.1.role",
+        ),
+        (
+            "partitions:\n- {name: tp1, role: tenant, kubeconfig: a}\n- {name: rp1, role: resource, kubeconfig: b}\n"
+            "system_partition: rp1\n",
+            "system_partition",
+        ),
+        ("listen: {port: 99999}\n", "listen.port"),
+        ("{{{", "YAML"),
+    ],
+)
+def test_bad_config_fails_start_up_with_one_line_naming_the_field(tmp_path: Path, config: str, field: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    done = subprocess.run([str(EXE), "serve", "--config", str(path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert field in lines[0]
+    assert "Traceback" not in done.stderr
