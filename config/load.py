@@ -22,7 +22,7 @@ class ConfigError(ValueError):
 
 def _one_line(exc: ValidationError) -> str:
     err = exc.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in err["loc"])
+    where = ".".join(str(p) if str(p).isprintable() else repr(str(p)) for p in err["loc"])
     message = str(err["msg"]).removeprefix("Value error, ")
     more = len(exc.errors()) - 1
     suffix = f" (and {more} more)" if more else ""

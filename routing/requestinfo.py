@@ -72,7 +72,7 @@ def parse_request_info(method: str, path: str, query: Mapping[str, str]) -> Requ
         partition = parts[2]
         rest = "/" + parts[3] if len(parts) > 3 else "/"
         if not partition:
-            return RequestInfo(method, rest, False, partition="", malformed=True)
+            return RequestInfo(method, path, False, partition="", malformed=True)
 
     segments = rest.strip("/").split("/") if rest.strip("/") else []
     base = RequestInfo(method=method, upstream_path=rest, is_resource_request=False, partition=partition)
@@ -89,15 +89,6 @@ def parse_request_info(method: str, path: str, query: Mapping[str, str]) -> Requ
             return base
         group, version, parts = segments[1], segments[2], segments[3:]
 
-    tenant = ""
-    if parts[0] == "tenants" and len(parts) >= 2:
-        tenant = parts[1]
-        parts = parts[2:]
-        head = [prefix] + ([group] if group else []) + [version]
-        rest = "/" + "/".join(head + parts)
-        if not parts:  # /api/v1/tenants/<t>: the tenant object itself is not served upstream
-            return RequestInfo(method, rest, False, partition=partition, tenant=tenant, malformed=True)
-
     malformed = not version or (prefix == "apis" and not group)
 
     verb = ""
@@ -105,14 +96,22 @@ def parse_request_info(method: str, path: str, query: Mapping[str, str]) -> Requ
         verb = "get"
     else:
         verb = _METHOD_VERBS.get(method, method.lower())
-    if parts and parts[0] == "watch":
-        verb = "watch"
-        parts = parts[1:]
+    special = ""  # Arktos and Kubernetes put watch/ and proxy/ before tenants/ and namespaces/
+    if parts and parts[0] in {"watch", "proxy"}:
+        special, parts = parts[0], parts[1:]
+        verb = special
         if not parts:
             malformed = True
-    elif parts and parts[0] == "proxy":
-        verb = "proxy"
-        parts = parts[1:]
+
+    tenant = ""
+    if len(parts) >= 2 and parts[0] == "tenants":
+        tenant, parts = parts[1], parts[2:]
+        if not parts or not tenant:
+            # /api/v1/tenants/<t> (the tenant object) or an empty tenant: no partition serves
+            # it; forwarded as sent, the system partition answers 404.
+            return RequestInfo(method, base.upstream_path, False, partition=partition, tenant=tenant, malformed=True)
+        head = [prefix] + ([group] if group else []) + [version] + ([special] if special else [])
+        rest = "/" + "/".join(head + parts)
 
     namespace = ""
     if parts and parts[0] == "namespaces" and len(parts) > 1:

@@ -91,3 +91,28 @@ def test_get_pods_all_namespaces_watch_prints_events_from_both_partitions(kube: 
     seen = {tuple(line.split()[:2]) for line in out.splitlines()}
     assert (ns1, f"late-{ns1}") in seen, (out, err)
     assert (ns2, f"late-{ns2}") in seen, (out, err)
+
+
+def test_update_carrying_a_proxy_rv_is_translated_to_the_owners_native_rv(kube: Kube, unique: str) -> None:
+    namespace = f"zoo{unique}-u"
+    kube.kubectl("create", "namespace", namespace)
+    kube.create(pod(namespace, "p", "rp1-x"))
+    got = json.loads(kube.kubectl("-n", namespace, "get", "pod", "p", "-o", "json"))
+    native = json.loads(kube.kubectl("-n", namespace, "get", "pod", "p", "-o", "json", kubeconfig=kube.direct("tp2")))
+    proxy_rv = got["metadata"]["resourceVersion"]
+    assert proxy_rv != native["metadata"]["resourceVersion"] and len(proxy_rv) > 20
+    got["metadata"].setdefault("labels", {})["replaced"] = "yes"
+    done = subprocess.run(
+        [kube.kubectl_path, "--kubeconfig", str(kube.admin), "replace", "-f", "-"],
+        input=json.dumps(got), text=True, capture_output=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    after = json.loads(kube.kubectl("-n", namespace, "get", "pod", "p", "-o", "json", kubeconfig=kube.direct("tp2")))
+    assert after["metadata"]["labels"]["replaced"] == "yes"
+    # The same stale proxy RV now conflicts, as the native one would.
+    done = subprocess.run(
+        [kube.kubectl_path, "--kubeconfig", str(kube.admin), "replace", "-f", "-"],
+        input=json.dumps(got), text=True, capture_output=True, timeout=60,
+    )
+    assert done.returncode != 0
+    assert "the object has been modified" in done.stderr
