@@ -19,6 +19,8 @@ Shape (keys are snake_case; every model forbids unknown keys so a typo fails sta
       prefixes: {"rp1-": rp1}
       regex: [{pattern: "^rp1-.*", partition: rp1}]
     rv_epoch: 1                          # bump when the partition list changes (proxy RVs)
+    caches:                              # watch caches (default: nodes, and leases in kube-node-lease)
+      - {name: nodes, resource: nodes, role: resource, label_selector: "", history: 1000}
     upstream: {connect_timeout_seconds: 5, request_timeout_seconds: 60}
 
 Semantics of the rules are applied in `routing.placement`; this module only validates that
@@ -128,6 +130,48 @@ class UpstreamConfig(_Model):
     request_timeout_seconds: float = Field(default=60.0, gt=0)
 
 
+class CacheConfig(_Model):
+    """One label-selector-filtered watch cache over every partition of one role.
+
+    `history` is the number of events kept in the ring for resuming watches (the apiserver
+    cacher's default watch cache size is 100 per resource; 1000 covers a burst of one event
+    per node of a 1,000-node partition). `namespace` restricts the cache to one namespace
+    (node leases live in kube-node-lease).
+    """
+
+    name: str
+    group: str = ""
+    version: str = "v1"
+    resource: str
+    role: PartitionRole
+    namespace: str = ""
+    label_selector: str = ""
+    field_selector: str = ""
+    strip_managed_fields: bool = True
+    strip_last_applied: bool = True
+    history: int = Field(default=1000, ge=1, le=1_000_000)
+
+    @field_validator("name")
+    @classmethod
+    def _cache_name(cls, value: str) -> str:
+        if not _PARTITION_NAME.match(value):
+            raise ValueError("must be a DNS-1123 label (lower case letters, digits and '-')")
+        return value
+
+
+def _default_caches() -> tuple[CacheConfig, ...]:
+    return (
+        CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE),
+        CacheConfig(
+            name="node-leases",
+            group="coordination.k8s.io",
+            resource="leases",
+            namespace="kube-node-lease",
+            role=PartitionRole.RESOURCE,
+        ),
+    )
+
+
 class ProxyConfig(_Model):
     listen: ListenConfig = Field(default_factory=ListenConfig)
     partitions: tuple[PartitionConfig, ...] = Field(min_length=1)
@@ -136,9 +180,13 @@ class ProxyConfig(_Model):
     nodes: NodePlacement = Field(default_factory=NodePlacement)
     rv_epoch: int = Field(default=1, ge=0, le=999)
     upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
+    caches: tuple[CacheConfig, ...] = Field(default_factory=_default_caches)
 
     @model_validator(mode="after")
     def _consistent(self) -> ProxyConfig:
+        names = [c.name for c in self.caches]
+        if len(names) != len(set(names)):
+            raise ValueError("caches: duplicate cache name")
         roles = {}
         for p in self.partitions:
             if p.name in roles:

@@ -56,6 +56,21 @@ rules:
 - apiGroups: ["", "authentication.k8s.io"]
   resources: [users, groups, uids, serviceaccounts, userextras]
   verbs: [impersonate]
+# The proxy's reflectors list and watch what its watch caches hold (nodes, node leases; pods
+# when a cache of pods is configured), with its own credential.
+- apiGroups: [""]
+  resources: [nodes, pods, namespaces]
+  verbs: [get, list, watch]
+- apiGroups: ["coordination.k8s.io"]
+  resources: [leases]
+  verbs: [get, list, watch]
+- apiGroups: ["storage.k8s.io"]
+  resources: [csinodes]
+  verbs: [get, list, watch]
+# Cached reads are authorized with SubjectAccessReviews to the owning partitions.
+- apiGroups: ["authorization.k8s.io"]
+  resources: [subjectaccessreviews]
+  verbs: [create]
 - nonResourceURLs: ["/readyz", "/livez", "/healthz", "/version", "/api", "/api/*", "/apis",
                     "/apis/*", "/openapi", "/openapi/*"]
   verbs: [get]

@@ -16,7 +16,9 @@ import string
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,12 +38,22 @@ def tenant_ranges(tenant_partitions: list[str]) -> list[dict[str, str]]:
     return out
 
 
-def write_proxy_config(fed: Federation, directory: Path, *, port: int, rv_epoch: int = 1) -> Path:
-    """Write the serving certificate and config.yaml for a proxy listening on 127.0.0.1:port."""
+def write_proxy_config(
+    fed: Federation,
+    directory: Path,
+    *,
+    port: int,
+    rv_epoch: int = 1,
+    partitions: Sequence[str] | None = None,
+    caches: Sequence[dict[str, Any]] | None = None,
+) -> Path:
+    """Write the serving certificate and config.yaml for a proxy listening on 127.0.0.1:port,
+    in front of `partitions` (default: all) with `caches` (default: the proxy's defaults)."""
     directory.mkdir(parents=True, exist_ok=True)
     crt, key = fed.ca.issue_serving(directory, "proxy-serving", ["127.0.0.1", "localhost"])
-    tps = [p.name for p in fed.partitions if p.role == "tenant"]
-    rps = [p.name for p in fed.partitions if p.role == "resource"]
+    members = [p for p in fed.partitions if partitions is None or p.name in partitions]
+    tps = [p.name for p in members if p.role == "tenant"]
+    rps = [p.name for p in members if p.role == "resource"]
     config = {
         "listen": {
             "address": "127.0.0.1",
@@ -49,13 +61,15 @@ def write_proxy_config(fed: Federation, directory: Path, *, port: int, rv_epoch:
             "tls": {"cert_file": str(crt), "key_file": str(key), "client_ca_file": str(fed.ca_file)},
         },
         "partitions": [
-            {"name": p.name, "role": p.role, "kubeconfig": str(p.proxy_kubeconfig)} for p in fed.partitions
+            {"name": p.name, "role": p.role, "kubeconfig": str(p.proxy_kubeconfig)} for p in members
         ],
         "system_partition": tps[0],
         "tenants": {"namespace_to_tenant": "prefix", "separator": "-", "ranges": tenant_ranges(tps)},
         "nodes": {"placement": "prefix", "prefixes": {f"{name}-": name for name in rps}},
         "rv_epoch": rv_epoch,
     }
+    if caches is not None:
+        config["caches"] = list(caches)
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -64,11 +78,19 @@ def write_proxy_config(fed: Federation, directory: Path, *, port: int, rv_epoch:
 class ProxyProcess:
     """One `partition-proxy serve` process. `start()` waits for /readyz; `stop()` ends it."""
 
-    def __init__(self, fed: Federation, directory: Path, *, port: int | None = None) -> None:
+    def __init__(
+        self,
+        fed: Federation,
+        directory: Path,
+        *,
+        port: int | None = None,
+        partitions: Sequence[str] | None = None,
+        caches: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
         self.fed = fed
         self.directory = directory
         self.port = port or _free_ports(1)[0]
-        self.config_path = write_proxy_config(fed, directory, port=self.port)
+        self.config_path = write_proxy_config(fed, directory, port=self.port, partitions=partitions, caches=caches)
         self.log_path = directory / "proxy.log"
         self.popen: subprocess.Popen[bytes] | None = None
 

@@ -9,16 +9,22 @@ The proxy's own endpoints: `/livez`, `/readyz` (every partition's /readyz answer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from config.models import ProxyConfig
+from config import ConfigError
+from config.models import PartitionRole, ProxyConfig
+from proxy.cache.reflector import Reflector
+from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
+from proxy.cache.watch_cache import WatchCache
 from proxy.context import ProxyContext
 from proxy.discovery import namespaced_resources
 from proxy.forward import forward, status_response
@@ -26,7 +32,10 @@ from proxy.identity import identity_from_peercert
 from proxy.metrics import Metrics
 from proxy.union import union_list, union_watch
 from proxy.upstream import open_upstream
-from routing.decide import RouteKind, RoutingState, decide
+from routing.cache_policy import CacheMode, CacheSpec, plan
+from routing.decide import Route, RouteKind, RoutingState, decide, owner_of_namespaced
+from routing.requestinfo import RequestInfo
+from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
 from routing.placement import Placement
 from routing.protobuf import object_name
 from routing.requestinfo import parse_request_info
@@ -40,6 +49,39 @@ _LOCAL_PATHS = frozenset({"/livez", "/readyz", "/metrics", "/healthz"})
 # bytes; the largest create body read to find its name. etcd refuses requests over 1.5 MiB
 # (--max-request-bytes default) and kube-apiserver bodies over 3 MiB, so 3 MiB loses nothing.
 _MAX_CREATE_BODY = 3 * 1024 * 1024
+
+
+def try_cache(request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route) -> tuple[WatchCache, Any] | None:
+    """The cache and plan that can answer this request, if any (see routing.cache_policy)."""
+    if route.kind not in (RouteKind.FAN_OUT, RouteKind.FORWARD) or info.verb not in ("list", "watch", "get"):
+        return None
+    for cache in ctx.caches:
+        if route.rv_space != cache.space or not set(route.partitions) <= set(cache.space):
+            continue
+        spec = CacheSpec(
+            group=cache.spec.group,
+            resource=cache.spec.resource,
+            namespace=cache.spec.namespace,
+            label_selector=cache.label_selector,
+            field_selector=cache.field_selector,
+            slots=len(cache.space),
+        )
+        found = plan(info, request.query, request.headers.get("Accept", ""), spec, epoch=ctx.epoch)
+        if found is not None and can_serve(cache, found):
+            return cache, found
+    return None
+
+
+async def serve_from_cache(
+    request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route, cache: WatchCache, found: Any
+) -> web.StreamResponse | None:
+    # A partition path prefix limits the answer to that partition's share of the cache.
+    slot = cache.space.index(route.partitions[0]) if info.partition and route.kind is RouteKind.FORWARD else None
+    if found.mode is CacheMode.LIST:
+        return serve_list(cache, found, slot)
+    if found.mode is CacheMode.GET:
+        return serve_get(cache, found, slot)
+    return await serve_watch(request, cache, found, slot)
 
 
 def body_name(body: bytes, content_type: str) -> str:
@@ -82,6 +124,11 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             response = web.Response(status=route.status_code, text=route.message + "\n")
         elif route.kind is RouteKind.REJECT:
             response = status_response(route.status_code, route.reason, route.message)
+        elif (cached := try_cache(request, ctx, info, route)) is not None and (
+            answer := await serve_from_cache(request, ctx, info, route, *cached)
+        ) is not None:
+            route_kind, target = "serve-from-cache", cached[0].spec.name
+            response = answer
         elif route.kind is RouteKind.FORWARD:
             target = route.partitions[0]
             response = await forward(request, ctx=ctx, info=info, route=route, identity=identity, body=body)
@@ -121,14 +168,75 @@ async def handle_readyz(request: web.Request) -> web.Response:
 
     results = await asyncio.gather(*(check(n) for n in ctx.upstreams))
     lines = [f"[{'+' if ok else '-'}]partition-{name} {'ok' if ok else 'failed'}" for name, ok in results]
-    ready = all(ok for _, ok in results)
+    for cache in ctx.caches:
+        lines.append(f"[{'+' if cache.is_synced else '-'}]watch-cache-{cache.spec.name} {'ok' if cache.is_synced else 'not synced'}")
+    ready = all(ok for _, ok in results) and ctx.caches_synced
     lines.append("readyz check passed" if ready else "readyz check failed")
     return web.Response(text="\n".join(lines) + "\n", status=200 if ready else 500)
 
 
+async def handle_debug_caches(request: web.Request) -> web.Response:
+    """Per cache: objects, bytes, watchers, ring span, last RV and relists per partition."""
+    ctx = request.app[CONTEXT]
+    return web.Response(body=orjson.dumps({"caches": [c.debug() for c in ctx.caches]}), content_type="application/json")
+
+
 async def handle_metrics(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
+    ctx.metrics.observe_caches(ctx.caches)
     return web.Response(body=generate_latest(ctx.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _log_unexpected_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task %s died: %r", task.get_name(), task.exception())
+
+
+def build_caches(config: ProxyConfig) -> tuple[list[WatchCache], dict[str, str]]:
+    """The configured watch caches and the node index the node cache keeps. Raises
+    ConfigError naming the field when a cache's selector does not parse."""
+    node_index: dict[str, str] = {}
+    state = RoutingState(Placement.from_config(config), frozenset(), config.rv_epoch)
+
+    def owner_keep(by_name: bool) -> Callable[[str, dict[str, Any]], bool]:
+        def keep(partition: str, obj: dict[str, Any]) -> bool:
+            meta = obj.get("metadata") or {}
+            namespace = meta.get("name") if by_name else meta.get("namespace")
+            return not namespace or owner_of_namespaced(namespace, state) == partition
+
+        return keep
+
+    def on_node(name: str, partition: str | None) -> None:
+        if partition is None:
+            node_index.pop(name, None)
+        else:
+            node_index[name] = partition
+
+    caches = []
+    for i, spec in enumerate(config.caches):
+        try:
+            label_selector = parse_label_selector(spec.label_selector)
+        except SelectorError as exc:
+            raise ConfigError(f"caches.{i}.label_selector: {exc}") from None
+        try:
+            field_selector = parse_field_selector(spec.field_selector)
+        except SelectorError as exc:
+            raise ConfigError(f"caches.{i}.field_selector: {exc}") from None
+        is_nodes = (spec.group, spec.resource) == ("", "nodes")
+        caches.append(
+            WatchCache(
+                spec=spec,
+                space=config.names(spec.role),
+                epoch=config.rv_epoch,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                on_node=on_node if is_nodes else None,
+                keep=owner_keep(spec.resource == "namespaces" and not spec.group)
+                if spec.role is PartitionRole.TENANT
+                else None,
+            )
+        )
+    return caches, node_index
 
 
 def build_app(config: ProxyConfig) -> web.Application:
@@ -137,21 +245,36 @@ def build_app(config: ProxyConfig) -> web.Application:
     system partition's discovery cannot be read."""
     app = web.Application(client_max_size=_MAX_CREATE_BODY)
 
+    caches, node_index = build_caches(config)
+
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         upstreams = {}
+        tasks: list[asyncio.Task[None]] = []
         try:
             for p in config.partitions:
                 upstreams[p.name] = await open_upstream(p, config.upstream)
             namespaced = await namespaced_resources(upstreams[config.system_partition])
             app[CONTEXT] = ProxyContext(
                 config=config,
-                routing=RoutingState(Placement.from_config(config), namespaced, config.rv_epoch),
+                routing=RoutingState(Placement.from_config(config), namespaced, config.rv_epoch, node_index),
                 upstreams=upstreams,
                 metrics=Metrics.create(),
+                caches=caches,
             )
-            log.info("serving %d partitions, %d namespaced resources", len(upstreams), len(namespaced))
+            for cache in caches:
+                for partition in cache.space:
+                    reflector = Reflector(cache=cache, upstream=upstreams[partition])
+                    task = asyncio.create_task(reflector.run(), name=f"reflector:{cache.spec.name}:{partition}")
+                    task.add_done_callback(_log_unexpected_end)
+                    tasks.append(task)
+            log.info("serving %d partitions, %d namespaced resources, %d caches", len(upstreams), len(namespaced), len(caches))
             yield
         finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             for upstream in upstreams.values():
                 await upstream.session.close()
 
@@ -160,5 +283,6 @@ def build_app(config: ProxyConfig) -> web.Application:
     app.router.add_get("/healthz", handle_livez)
     app.router.add_get("/readyz", handle_readyz)
     app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/debug/caches", handle_debug_caches)
     app.router.add_route("*", "/{tail:.*}", handle_api)
     return app

@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         ssl_context = server_ssl_context(config.listen)
+        app = build_app(config)
     except ConfigError as exc:
         print(f"partition-proxy: config error: {exc}", file=sys.stderr)
         return 2
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         web.run_app(
-            build_app(config),
+            app,
             host=config.listen.address,
             port=config.listen.port,
             ssl_context=ssl_context,

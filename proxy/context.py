@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from multidict import CIMultiDict
 
 from config.models import ProxyConfig
+from proxy.cache.watch_cache import WatchCache
 from proxy.identity import Identity, add_impersonation
 from proxy.metrics import Metrics
 from proxy.upstream import Upstream
@@ -19,6 +20,11 @@ class ProxyContext:
     routing: RoutingState
     upstreams: dict[str, Upstream]
     metrics: Metrics
+    caches: list[WatchCache] = field(default_factory=list)
+
+    @property
+    def caches_synced(self) -> bool:
+        return all(c.is_synced for c in self.caches)
 
     @property
     def epoch(self) -> int:

@@ -6,11 +6,15 @@ partition_proxy_request_duration_seconds{verb, route}: time to the end of the an
   for watches, the life of the stream).
 partition_proxy_inflight_requests{kind}: requests being served now (`kind`: long-running or
   other), the concurrency signal an autoscaler can follow.
+partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
+partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -24,6 +28,22 @@ class Metrics:
     requests: Counter
     duration: Histogram
     inflight: Gauge
+    cache_objects: Gauge
+    cache_bytes: Gauge
+    cache_watchers: Gauge
+    cache_relists: Gauge
+    cache_resource_version: Gauge
+
+    def observe_caches(self, caches: Sequence[Any]) -> None:
+        """Copy the watch caches' figures into the gauges (at scrape time)."""
+        for cache in caches:
+            name = cache.spec.name
+            self.cache_objects.labels(name).set(len(cache.objects))
+            self.cache_bytes.labels(name).set(cache.bytes_total)
+            self.cache_watchers.labels(name).set(cache.watcher_count)
+            for slot, partition in enumerate(cache.space):
+                self.cache_relists.labels(name, partition).set(cache.stats.relists[slot])
+                self.cache_resource_version.labels(name, partition).set(cache.vector[slot])
 
     @classmethod
     def create(cls) -> Metrics:
@@ -47,6 +67,25 @@ class Metrics:
                 "partition_proxy_inflight_requests",
                 "Requests being served now.",
                 ("kind",),
+                registry=registry,
+            ),
+            cache_objects=Gauge("partition_proxy_watch_cache_objects", "Objects in a watch cache.", ("cache",), registry=registry),
+            cache_bytes=Gauge(
+                "partition_proxy_watch_cache_bytes", "Compact JSON bytes held by a watch cache.", ("cache",), registry=registry
+            ),
+            cache_watchers=Gauge(
+                "partition_proxy_watch_cache_watchers", "Client watches served by a watch cache.", ("cache",), registry=registry
+            ),
+            cache_relists=Gauge(
+                "partition_proxy_watch_cache_relists",
+                "Relists after 410 Expired, per partition.",
+                ("cache", "partition"),
+                registry=registry,
+            ),
+            cache_resource_version=Gauge(
+                "partition_proxy_watch_cache_resource_version",
+                "Native resourceVersion a watch cache has reached, per partition.",
+                ("cache", "partition"),
                 registry=registry,
             ),
         )

@@ -18,7 +18,8 @@ Cluster-scoped system objects (clusterroles, CRDs, ...) are never merged and kee
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from routing.placement import NODE_LEASE_NAMESPACE, Placement
 from routing.requestinfo import RequestInfo
@@ -44,6 +45,8 @@ class RoutingState:
     placement: Placement
     namespaced: frozenset[tuple[str, str]]
     rv_epoch: int
+    # node name -> the RP that holds it, kept by the node watch cache (live view, read only here)
+    node_index: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +130,12 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         if not pinned_is_rp and not node_scoped:
             return Route(RouteKind.FORWARD, (pinned,), space)
 
-    # 2. Node-scoped objects.
+    # 2. Node-scoped objects: where the node is (node index), else where a create puts it.
     if node_scoped:
         name = info.name or (body_name if info.verb == "create" else None)
         if name:
-            return Route(RouteKind.FORWARD, (p.partition_of_node(name),), space)
+            owner = state.node_index.get(name) if info.verb != "create" else None
+            return Route(RouteKind.FORWARD, (owner or p.partition_of_node(name),), space)
         if info.verb == "create":
             if body_name is None:
                 return Route(RouteKind.NEEDS_BODY_NAME)

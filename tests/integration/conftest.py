@@ -11,6 +11,7 @@ import json
 import os
 import ssl
 import subprocess
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,13 @@ from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, fin
 from hack.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.integration
+
+# The proxy's default caches plus one filtered by label, to tell narrower from wider selectors.
+TEST_CACHES = [
+    {"name": "nodes", "resource": "nodes", "role": "resource"},
+    {"name": "node-leases", "group": "coordination.k8s.io", "resource": "leases", "namespace": "kube-node-lease", "role": "resource"},
+    {"name": "critical-pods", "resource": "pods", "role": "tenant", "label_selector": "tier=critical"},
+]
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,20 @@ class Kube:
         done = subprocess.run(cmd, input=json.dumps(obj), capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the proxy's /metrics samples of `name` whose labels include `labels`."""
+        ctx = ssl.create_default_context(cafile=str(self.fed.ca_file))
+        with urllib.request.urlopen(self.proxy.server + "/metrics", context=ctx, timeout=10) as resp:
+            text = resp.read().decode()
+        want = {f'{k}="{v}"' for k, v in labels.items()}
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                inner = line[line.find("{") + 1 : line.find("}")] if "{" in line else ""
+                if want <= set(inner.split(",")):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
 
     def client_ssl(self, user: str = "admin", groups: tuple[str, ...] = (PROXY_ADMINS_GROUP,)) -> ssl.SSLContext:
         """An SSL context with a client certificate for `user`/`groups`, trusting the federation CA."""
@@ -83,7 +105,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     fed.start()
     proxy = None
     try:
-        proxy = ProxyProcess(fed, root / "proxy").start()
+        proxy = ProxyProcess(fed, root / "proxy", caches=TEST_CACHES).start()
         admin = fed.issue_client_kubeconfig("admin-through-proxy", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)
         yield Kube(fed=fed, proxy=proxy, kubectl_path=find_kubectl(), admin=admin)
     finally:

@@ -1,0 +1,106 @@
+"""A cache watcher: one client watch served from a watch cache.
+
+Each watcher has a bounded queue of ready-to-write lines, filled with `put_nowait` by the watch
+cache (plain `def`, no waiting). A watcher whose queue is full has fallen behind: it is
+terminated with one ERROR event carrying a 410 `Expired` Status, so the client relists (or
+resumes) and never stalls the other watchers (apiserver cacher: cacheWatcher.add terminates a
+blocked watcher after a short timeout; here the budget is the queue).
+
+Event types follow the cacher (`cacheWatcher.convertToWatchEvent`): an object that starts
+matching the watcher's selectors arrives as ADDED, one that stops matching as DELETED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from proxy.cache.watch_cache import CachedEvent, event_line
+from routing import rv as rvcodec
+from routing.selectors import FieldSelector, LabelSelector
+from routing.status import expired, watch_error_event
+
+# lines; how far one watcher may fall behind before it is dropped. 1,000 events is about one
+# event per node of a 1,000-node partition: a client that far behind should relist.
+DEFAULT_QUEUE_SIZE = 1000
+
+
+class CacheWatcher:
+    def __init__(
+        self,
+        *,
+        label_selector: LabelSelector,
+        field_selector: FieldSelector,
+        name: str = "",
+        namespace: str = "",
+        slot: int | None = None,
+        bookmarks: bool = False,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+    ) -> None:
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.name = name
+        self.namespace = namespace
+        self.slot = slot
+        self.bookmarks = bookmarks
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=queue_size)
+        self.last_stamp = ""
+        self.terminated = False
+
+    def _matches(self, labels: dict[str, str] | None, fields: dict[str, str] | None) -> bool:
+        if labels is None or fields is None:
+            return False
+        return self.label_selector.matches(labels) and self.field_selector.matches(fields)
+
+    def offer(self, event: CachedEvent) -> None:
+        """Queue the event's line if this watcher selects it (plain def: atomic)."""
+        if self.terminated:
+            return
+        obj = event.obj
+        if (self.namespace and obj.namespace != self.namespace) or (self.slot is not None and event.slot != self.slot):
+            return
+        cur = self._matches(obj.labels, obj.fields)
+        prev = self._matches(event.prev_labels, event.prev_fields)
+        if event.type == "DELETED":
+            if not prev:
+                return
+            line = event.line
+        elif cur and (prev or event.type == "ADDED"):
+            line = event.line
+        elif cur:
+            line = event_line("ADDED", obj.raw)
+        elif prev:
+            line = event_line("DELETED", obj.raw)
+        else:
+            return
+        self._put(line, event.stamp)
+
+    def offer_bookmark(self, line: bytes, stamp: str) -> None:
+        """Queue a bookmark if asked for and newer than anything sent. A full queue skips it
+        (bookmarks are advisory) rather than terminating the watcher."""
+        if self.terminated or not self.bookmarks or rvcodec.compare(stamp, self.last_stamp) <= 0:
+            return
+        if not self.queue.full():
+            self.queue.put_nowait(line)
+            self.last_stamp = stamp
+
+    def send(self, line: bytes, stamp: str = "") -> None:
+        """Queue a line unconditionally (initial events, the initial-events-end bookmark)."""
+        self._put(line, stamp)
+
+    def _put(self, line: bytes, stamp: str) -> None:
+        try:
+            self.queue.put_nowait(line)
+        except asyncio.QueueFull:
+            self.terminate("the watcher fell behind: too old resource version")
+            return
+        if stamp and rvcodec.compare(stamp, self.last_stamp) > 0:
+            self.last_stamp = stamp
+
+    def terminate(self, message: str) -> None:
+        """Drop what is queued and queue one 410 Expired ERROR event; nothing follows it."""
+        if self.terminated:
+            return
+        self.terminated = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(watch_error_event(expired(message)))

@@ -1,0 +1,143 @@
+"""A reflector: keeps one partition's share of a watch cache up to date (client-go
+`tools/cache/reflector.go`, asyncio edition).
+
+LIST (consistent, with the cache's selectors) then WATCH from the list's RV with bookmarks.
+A watch that ends normally is reopened from the last RV; an `Expired`/`Gone` answer (410, as an
+HTTP status or an ERROR event) relists, and the watch cache turns the difference into synthetic
+events. A stream silent for longer than the inactivity timeout is dropped and reopened (the
+partition sends a bookmark about once a minute). Failures back off with jitter.
+
+The reflector talks to its partition with the proxy's own credential, not a client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from urllib.parse import urlencode
+
+import aiohttp
+import orjson
+
+from proxy.cache.watch_cache import WatchCache
+from proxy.streams import iter_lines
+from proxy.upstream import Upstream
+
+log = logging.getLogger("partition_proxy.reflector")
+
+# seconds; a watch asks the partition to end it after a random time in this range, as client-go's
+# reflector does (minWatchTimeout 5 min), so connections are rebalanced now and then.
+WATCH_TIMEOUT = (300, 600)
+# seconds; no byte at all for this long means the stream is dead: kube-apiserver sends a bookmark
+# about every 60 s (cacher defaultBookmarkFrequency), so 90 s is one missed bookmark plus slack.
+INACTIVITY_TIMEOUT = 90.0
+# seconds; backoff after a failure: doubles from the first value up to the second, +-50 % jitter.
+BACKOFF = (0.5, 30.0)
+
+
+class RelistNeeded(Exception):
+    """The partition no longer has the RV the reflector would resume from (410)."""
+
+
+def _path(cache: WatchCache) -> str:
+    spec = cache.spec
+    base = f"/api/{spec.version}" if not spec.group else f"/apis/{spec.group}/{spec.version}"
+    namespace = f"/namespaces/{spec.namespace}" if spec.namespace else ""
+    return f"{base}{namespace}/{spec.resource}"
+
+
+def _selectors(cache: WatchCache) -> dict[str, str]:
+    query = {}
+    if cache.spec.label_selector:
+        query["labelSelector"] = cache.spec.label_selector
+    if cache.spec.field_selector:
+        query["fieldSelector"] = cache.spec.field_selector
+    return query
+
+
+class Reflector:
+    def __init__(self, *, cache: WatchCache, upstream: Upstream) -> None:
+        self.cache = cache
+        self.upstream = upstream
+        self.partition = upstream.name
+        self.slot = cache.space.index(upstream.name)
+        self.watches_opened = 0
+        self.relists = 0
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.upstream.auth_header:
+            headers["Authorization"] = self.upstream.auth_header
+        return headers
+
+    async def list(self) -> None:
+        """LIST and replace this partition's share of the cache. Raises aiohttp.ClientError."""
+        url = self.upstream.url(_path(self.cache), urlencode(_selectors(self.cache)))
+        async with self.upstream.session.get(url, headers=self._headers(), timeout=self.upstream.request_timeout) as resp:
+            if resp.status != 200:
+                raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status, message=(await resp.text())[:200])
+            doc = orjson.loads(await resp.read())
+        self.cache.replace(
+            self.partition,
+            doc.get("items") or (),
+            int(doc["metadata"]["resourceVersion"]),
+            kind=doc.get("kind", ""),
+            api_version=doc.get("apiVersion", ""),
+        )
+        self.relists += 1
+
+    async def watch(self) -> None:
+        """WATCH from the cache's RV for this partition until the stream ends. Raises
+        RelistNeeded on 410, aiohttp.ClientError / asyncio.TimeoutError on failures."""
+        query = {
+            **_selectors(self.cache),
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": str(self.cache.vector[self.slot]),
+            "timeoutSeconds": str(random.randint(*WATCH_TIMEOUT)),
+        }
+        url = self.upstream.url(_path(self.cache), urlencode(query))
+        async with self.upstream.session.get(url, headers=self._headers(), timeout=self.upstream.watch_timeout) as resp:
+            if resp.status == 410:
+                raise RelistNeeded()
+            if resp.status != 200:
+                raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status, message=(await resp.text())[:200])
+            self.watches_opened += 1
+            lines = iter_lines(resp)
+            while True:
+                try:
+                    line = await asyncio.wait_for(anext(lines), INACTIVITY_TIMEOUT)
+                except StopAsyncIteration:
+                    return
+                event = orjson.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise RelistNeeded()
+                    raise aiohttp.ClientPayloadError(f"watch error: {obj.get('message')}")
+                if kind == "BOOKMARK":
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+                    if rv.isdigit():
+                        self.cache.bookmark(self.partition, int(rv))
+                    continue
+                self.cache.apply(self.partition, kind, obj)
+
+    async def run(self) -> None:
+        """Keep the cache in sync until cancelled."""
+        backoff = BACKOFF[0]
+        listed = False
+        while True:
+            try:
+                if not listed:
+                    await self.list()
+                    listed = True
+                await self.watch()
+                backoff = BACKOFF[0]
+            except RelistNeeded:
+                log.info("%s/%s: resourceVersion expired, relisting", self.cache.spec.name, self.partition)
+                listed = False
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError) as exc:
+                log.warning("%s/%s: %s; retrying in %.1f s", self.cache.spec.name, self.partition, exc, backoff)
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
+                backoff = min(backoff * 2, BACKOFF[1])

@@ -1,0 +1,122 @@
+"""Answering lists, watches and gets from a watch cache (route kind `serve-from-cache`).
+
+LIST joins the stored bytes of the matching objects under the cache's RV. WATCH registers a
+cache watcher and, in one atomic step, takes the initial state (from "" / "0" or for
+sendInitialEvents=true) or the ring's events after the client's RV; then it writes queued lines
+as they come. One event is encoded once by the cache and the same bytes go to every watcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+
+from aiohttp import web
+
+from proxy.cache.cache_watcher import CacheWatcher
+from proxy.cache.watch_cache import WatchCache, event_line
+from routing.cache_policy import CacheMode, CachePlan
+from routing.status import status_bytes
+
+# seconds; a cache watch without timeoutSeconds lives a random time in [1800, 3600), as
+# kube-apiserver picks from --min-request-timeout (apiserver endpoints/handlers/get.go).
+_DEFAULT_WATCH_SECONDS = (1800.0, 3600.0)
+
+
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+def can_serve(cache: WatchCache, plan: CachePlan) -> bool:
+    """Whether the cache is at a position that lets it answer `plan`."""
+    if not cache.is_synced or not cache.rv:
+        return False
+    if plan.vector is None:
+        return True
+    if plan.mode is CacheMode.WATCH and not plan.send_initial_events:
+        return cache.resumable(plan.vector)
+    return cache.reached(plan.vector)
+
+
+def serve_get(cache: WatchCache, plan: CachePlan, slot: int | None) -> web.Response | None:
+    """The object by name, or None when the cache does not hold it (the partition answers)."""
+    for candidate in range(len(cache.space)) if slot is None else (slot,):
+        obj = cache.objects.get((candidate, plan.namespace, plan.name))
+        if obj is not None:
+            return _json(obj.raw)
+    return None
+
+
+def serve_list(cache: WatchCache, plan: CachePlan, slot: int | None) -> web.Response:
+    objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace)
+    if slot is not None:
+        objects = [o for o in objects if o.slot == slot]
+    return _json(cache.list_bytes(objects))
+
+
+async def serve_watch(request: web.Request, cache: WatchCache, plan: CachePlan, slot: int | None) -> web.StreamResponse:
+    watcher = CacheWatcher(
+        label_selector=plan.label_selector,
+        field_selector=plan.field_selector,
+        name=plan.name,
+        namespace=plan.namespace,
+        slot=slot,
+        bookmarks=plan.bookmarks,
+    )
+    # One atomic step: the snapshot (or replay) and the registration, so no event falls between.
+    if plan.vector is None or plan.send_initial_events:
+        objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace)
+        if slot is not None:
+            objects = [o for o in objects if o.slot == slot]
+        if plan.name:
+            objects = [o for o in objects if o.name == plan.name]
+        initial = [event_line("ADDED", o.raw) for o in objects]
+        if plan.send_initial_events:
+            initial.append(cache.bookmark_line(cache.rv, initial_events_end=True))
+        start = cache.rv
+    else:
+        initial = []
+        for event in cache.events_after(plan.vector):
+            watcher.offer(event)
+        start = ""
+    cache.add_watcher(watcher)
+    if start:
+        watcher.last_stamp = start if plan.send_initial_events else ""
+
+    response = web.StreamResponse(status=200)
+    response.content_type = "application/json"
+    response.enable_chunked_encoding()
+    try:
+        await response.prepare(request)
+        if initial:
+            await response.write(b"".join(initial))
+        timeout_param = request.query.get("timeoutSeconds", "")
+        lifetime = float(timeout_param) if timeout_param.isdigit() else random.uniform(*_DEFAULT_WATCH_SECONDS)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + lifetime
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                line = await asyncio.wait_for(watcher.queue.get(), timeout=remaining)
+            except asyncio.TimeoutError:
+                break
+            # Write everything queued in one go: fewer syscalls under bursts.
+            batch = [line]
+            while not watcher.queue.empty():
+                batch.append(watcher.queue.get_nowait())
+            await response.write(b"".join(batch))
+            if watcher.terminated and watcher.queue.empty():
+                break
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+    finally:
+        cache.remove_watcher(watcher)
+    return response
+
+
+def not_ready_status() -> web.Response:
+    """Used when a request needs a cache that has not synced and cannot go upstream."""
+    return _json(status_bytes(503, "ServiceUnavailable", "watch cache not synced yet"), status=503)

@@ -1,0 +1,380 @@
+"""The watch cache: one per configured cache, merging every partition of its role.
+
+Owns, per cached object, its compact JSON bytes (transformed once: managedFields and the
+last-applied annotation stripped by default, kind/apiVersion set, resourceVersion stamped with
+the proxy RV of the event that produced it) plus a small index (key, labels, selectable fields,
+owner's native RV); a bounded ring of recent events for resuming watches; the RV vector it has
+reached; and the cache watchers it fans events out to. It does no I/O: reflectors feed it,
+request handlers read it. Model: `k8s.io/apiserver/pkg/storage/cacher` (watchCache, cacheWatcher).
+
+Concurrency: every method that changes state is a plain `def` (no `await` inside), so each runs
+atomically on the event loop (STYLE §8). Readers get immutable bytes.
+
+Resuming: the ring keeps, per partition, a floor: the native RV after which it holds every
+event of that partition. A client vector R can be resumed when floor[i] <= R[i] <= vector[i] for
+every partition i; the events to replay are the ring's events whose native RV is above R's
+field for their partition, in ring order (so stamps strictly increase).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from config.models import CacheConfig
+from routing import rv as rvcodec
+from routing.rvrewrite import set_all_rvs
+from routing.selectors import FieldSelector, LabelSelector, selectable_fields
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+Key = tuple[int, str, str]  # (slot, namespace, name)
+
+
+@dataclass(slots=True)
+class CachedObject:
+    slot: int
+    namespace: str
+    name: str
+    native_rv: int
+    labels: dict[str, str]
+    fields: dict[str, str]
+    raw: bytes  # compact JSON of the object, resourceVersion = the proxy RV of its last event
+
+
+@dataclass(slots=True)
+class CachedEvent:
+    """One event, encoded once. `line` is the newline-terminated WatchEvent JSON for `type`;
+    `prev_*` are the selectable attributes of the object before the event (None for ADDED)."""
+
+    type: str
+    obj: CachedObject
+    slot: int
+    native_rv: int
+    stamp: str
+    line: bytes
+    prev_labels: dict[str, str] | None
+    prev_fields: dict[str, str] | None
+
+
+def event_line(kind: str, raw: bytes) -> bytes:
+    """A WatchEvent line around already-encoded object bytes (a copy, no re-encoding)."""
+    return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
+
+
+class Watcher:
+    """What the cache needs of a cache watcher (proxy.cache.cache_watcher.CacheWatcher)."""
+
+    label_selector: LabelSelector
+    field_selector: FieldSelector
+    name: str  # the metadata.name the watcher selects, "" for any (the cache's name index)
+
+    def offer(self, event: CachedEvent) -> None: ...  # pragma: no cover
+    def offer_bookmark(self, line: bytes, stamp: str) -> None: ...  # pragma: no cover
+
+
+@dataclass(slots=True)
+class WatchCacheStats:
+    relists: list[int]
+    events: int = 0
+
+
+@dataclass
+class WatchCache:
+    """See the module docstring. `space` is the tuple of partitions of the cache's role, in
+    slot order; `epoch` the proxy RV epoch."""
+
+    spec: CacheConfig
+    space: tuple[str, ...]
+    epoch: int
+    label_selector: LabelSelector
+    field_selector: FieldSelector
+    on_node: Callable[[str, str | None], None] | None = None  # node name -> owning RP (None: gone)
+    # keep(partition, object): whether `partition` owns the object; a union of tenant
+    # partitions drops the copies of system namespaces every TP has (DESIGN §4).
+    keep: Callable[[str, dict[str, Any]], bool] | None = None
+    kind: str = ""
+    api_version: str = ""
+    objects: dict[Key, CachedObject] = field(default_factory=dict)
+    vector: list[int] = field(default_factory=list)
+    floor: list[int] = field(default_factory=list)
+    synced: set[str] = field(default_factory=set)
+    ring: deque[CachedEvent] = field(default_factory=deque)
+    watchers_by_name: dict[str, set[Watcher]] = field(default_factory=dict)
+    watchers_any: set[Watcher] = field(default_factory=set)
+    bytes_total: int = 0
+    stats: WatchCacheStats = field(default_factory=lambda: WatchCacheStats(relists=[]))
+    _sorted_keys: list[Key] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.space)
+        self.vector = [0] * n
+        self.floor = [0] * n
+        self.stats.relists = [0] * n
+        self.ring = deque(maxlen=self.spec.history)
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def is_synced(self) -> bool:
+        return len(self.synced) == len(self.space)
+
+    @property
+    def rv(self) -> str:
+        """The cache's current position as a proxy RV ("" until every slot is known)."""
+        return rvcodec.encode(self.epoch, self.vector) if all(self.vector) else ""
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self.watchers_any) + sum(len(w) for w in self.watchers_by_name.values())
+
+    def item_kind(self) -> str:
+        return self.kind.removesuffix("List") if self.kind else ""
+
+    # -- ingest (reflectors) ---------------------------------------------------------------
+
+    def _transform(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = obj["metadata"] = {}
+        if self.spec.strip_managed_fields:
+            meta.pop("managedFields", None)
+        if self.spec.strip_last_applied:
+            annotations = meta.get("annotations")
+            if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+                del annotations[LAST_APPLIED]
+                if not annotations:
+                    del meta["annotations"]
+        if "kind" not in obj and self.item_kind():
+            obj["kind"] = self.item_kind()
+        if "apiVersion" not in obj and self.api_version:
+            obj["apiVersion"] = self.api_version
+        return obj
+
+    def _record(self, slot: int, obj: dict[str, Any], native: int, stamp: str) -> CachedObject:
+        obj = self._transform(obj)
+        meta = obj["metadata"]
+        meta["resourceVersion"] = stamp
+        labels = meta.get("labels") or {}
+        return CachedObject(
+            slot=slot,
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            native_rv=native,
+            labels=labels if isinstance(labels, dict) else {},
+            fields=selectable_fields(self.spec.group, self.spec.resource, obj),
+            raw=orjson.dumps(obj),
+        )
+
+    def _matches_cache(self, obj: CachedObject) -> bool:
+        return self.label_selector.matches(obj.labels) and self.field_selector.matches(obj.fields)
+
+    def _emit(self, kind: str, slot: int, native: int, obj: dict[str, Any] | None, old: CachedObject | None) -> None:
+        """Apply one change of partition `slot` at native RV `native` and fan it out. `obj` is
+        the object after the change (for DELETED: its last state), None for a synthetic
+        DELETED of `old` after a relist."""
+        self.vector[slot] = max(self.vector[slot], native)
+        stamp = rvcodec.encode(self.epoch, rvcodec.with_slot(self.vector, slot, native))
+        if obj is not None:
+            record = self._record(slot, obj, native, stamp)
+            if kind != "DELETED" and not self._matches_cache(record):
+                if old is None:
+                    return  # never was in the cache's selection
+                kind = "DELETED"  # moved out of it
+        elif old is not None:
+            record = dataclasses.replace(old, native_rv=native, raw=set_all_rvs(old.raw, stamp.encode()))
+        else:
+            return
+        key = (slot, record.namespace, record.name)
+        if kind == "DELETED":
+            removed = self.objects.pop(key, None)
+            if removed is None:
+                return
+            self.bytes_total -= len(removed.raw)
+            self._sorted_keys = None
+        else:
+            if old is None:
+                kind = "ADDED"
+                self._sorted_keys = None
+            else:
+                kind = "MODIFIED"
+                self.bytes_total -= len(old.raw)
+            self.objects[key] = record
+            self.bytes_total += len(record.raw)
+        if self.on_node is not None:
+            self.on_node(record.name, self.space[slot] if kind != "DELETED" else None)
+        event = CachedEvent(
+            type=kind,
+            obj=record,
+            slot=slot,
+            native_rv=native,
+            stamp=stamp,
+            line=event_line(kind, record.raw),
+            prev_labels=old.labels if old is not None else None,
+            prev_fields=old.fields if old is not None else None,
+        )
+        if len(self.ring) == self.ring.maxlen:
+            evicted = self.ring[0]
+            self.floor[evicted.slot] = max(self.floor[evicted.slot], evicted.native_rv)
+        self.ring.append(event)
+        self.stats.events += 1
+        self._dispatch(event)
+
+    def _dispatch(self, event: CachedEvent) -> None:
+        for watcher in tuple(self.watchers_by_name.get(event.obj.name, ())):
+            watcher.offer(event)
+        for watcher in tuple(self.watchers_any):
+            watcher.offer(event)
+
+    def apply(self, partition: str, kind: str, obj: dict[str, Any]) -> None:
+        """Apply one upstream watch event (ADDED, MODIFIED or DELETED) of `partition`."""
+        slot = self.space.index(partition)
+        meta = obj.get("metadata") or {}
+        native = int(meta.get("resourceVersion") or 0)
+        if self.keep is not None and not self.keep(partition, obj):
+            self.vector[slot] = max(self.vector[slot], native)
+            return
+        key = (slot, meta.get("namespace", ""), meta.get("name", ""))
+        old = self.objects.get(key)
+        self._emit(kind, slot, native, obj, old)
+
+    def bookmark(self, partition: str, native: int) -> None:
+        """An upstream bookmark: the partition has reached `native`. Cache watchers that asked
+        for bookmarks get one when the whole vector moved."""
+        slot = self.space.index(partition)
+        if native <= self.vector[slot]:
+            return
+        self.vector[slot] = native
+        if not self.is_synced or not all(self.vector):
+            return
+        stamp = self.rv
+        line = self.bookmark_line(stamp)
+        for watcher in tuple(self.watchers_any):
+            watcher.offer_bookmark(line, stamp)
+        for group in tuple(self.watchers_by_name.values()):
+            for watcher in tuple(group):
+                watcher.offer_bookmark(line, stamp)
+
+    def bookmark_line(self, stamp: str, *, initial_events_end: bool = False) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": stamp}
+        if initial_events_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"kind": self.item_kind(), "apiVersion": self.api_version, "metadata": meta}
+        return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+    def replace(self, partition: str, items: Iterable[dict[str, Any]], list_rv: int, *, kind: str, api_version: str) -> None:
+        """A LIST of `partition` at native RV `list_rv` (initial sync or relist after 410).
+
+        The difference to what the cache holds for the partition becomes synthetic events
+        (ADDED/MODIFIED in native RV order, then DELETED at `list_rv`), so cache watchers never
+        relist because of an upstream hiccup.
+        """
+        slot = self.space.index(partition)
+        self.kind, self.api_version = kind or self.kind, api_version or self.api_version
+        first_sync = partition not in self.synced
+        if not first_sync:
+            self.stats.relists[slot] += 1
+        fresh: dict[Key, tuple[int, dict[str, Any]]] = {}
+        for obj in items:
+            if self.keep is not None and not self.keep(partition, obj):
+                continue
+            meta = obj.get("metadata") or {}
+            fresh[(slot, meta.get("namespace", ""), meta.get("name", ""))] = (int(meta.get("resourceVersion") or 0), obj)
+        for key, (native, obj) in sorted(fresh.items(), key=lambda kv: kv[1][0]):
+            old = self.objects.get(key)
+            if old is not None and old.native_rv == native:
+                continue
+            if first_sync:
+                # Initial state: no events to replay, the floor starts at the list RV.
+                self.vector[slot] = max(self.vector[slot], native)
+                stamp = rvcodec.encode(self.epoch, rvcodec.with_slot(self.vector, slot, native))
+                record = self._record(slot, obj, native, stamp)
+                if self._matches_cache(record):
+                    self.objects[key] = record
+                    self.bytes_total += len(record.raw)
+                    if self.on_node is not None:
+                        self.on_node(record.name, partition)
+                continue
+            self._emit("MODIFIED" if old is not None else "ADDED", slot, native, obj, old)
+        gone = [k for k in self.objects if k[0] == slot and k not in fresh]
+        for key in gone:
+            self._emit("DELETED", slot, list_rv, None, self.objects[key])
+        self._sorted_keys = None
+        self.vector[slot] = max(self.vector[slot], list_rv)
+        if first_sync:
+            self.floor[slot] = list_rv
+            self.synced.add(partition)
+
+    # -- reads (request handlers) ----------------------------------------------------------
+
+    def matching(self, label_selector: LabelSelector, field_selector: FieldSelector, namespace: str = "") -> list[CachedObject]:
+        """Objects matching the selectors, in (partition, namespace, name) order."""
+        if self._sorted_keys is None:
+            self._sorted_keys = sorted(self.objects)
+        out = []
+        for key in self._sorted_keys:
+            obj = self.objects[key]
+            if namespace and obj.namespace != namespace:
+                continue
+            if label_selector.matches(obj.labels) and field_selector.matches(obj.fields):
+                out.append(obj)
+        return out
+
+    def list_bytes(self, objects: list[CachedObject]) -> bytes:
+        """A `<Kind>List` joining stored bytes; its RV is the cache's vector."""
+        head = orjson.dumps({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": self.rv}})
+        return head[:-1] + b',"items":[' + b",".join(o.raw for o in objects) + b"]}"
+
+    def resumable(self, vector: tuple[int, ...]) -> bool:
+        """Whether the ring holds every event after `vector` (see the module docstring)."""
+        return all(f <= r <= v for f, r, v in zip(self.floor, vector, self.vector))
+
+    def reached(self, vector: tuple[int, ...]) -> bool:
+        return all(r <= v for r, v in zip(vector, self.vector))
+
+    def events_after(self, vector: tuple[int, ...]) -> list[CachedEvent]:
+        return [e for e in self.ring if e.native_rv > vector[e.slot]]
+
+    def add_watcher(self, watcher: Watcher) -> None:
+        if watcher.name:
+            self.watchers_by_name.setdefault(watcher.name, set()).add(watcher)
+        else:
+            self.watchers_any.add(watcher)
+
+    def remove_watcher(self, watcher: Watcher) -> None:
+        if watcher.name:
+            group = self.watchers_by_name.get(watcher.name)
+            if group is not None:
+                group.discard(watcher)
+                if not group:
+                    del self.watchers_by_name[watcher.name]
+        else:
+            self.watchers_any.discard(watcher)
+
+    def debug(self) -> dict[str, Any]:
+        """The figures /debug/caches reports for this cache."""
+        oldest = self.ring[0].stamp if self.ring else ""
+        newest = self.ring[-1].stamp if self.ring else ""
+        return {
+            "name": self.spec.name,
+            "resource": f"{self.spec.group or 'core'}/{self.spec.version}/{self.spec.resource}",
+            "labelSelector": self.spec.label_selector,
+            "fieldSelector": self.spec.field_selector,
+            "synced": self.is_synced,
+            "objects": len(self.objects),
+            "bytes": self.bytes_total,
+            "watchers": self.watcher_count,
+            "ring": {"events": len(self.ring), "capacity": self.spec.history, "oldest": oldest, "newest": newest},
+            "partitions": {
+                p: {"resourceVersion": self.vector[i], "floor": self.floor[i], "relists": self.stats.relists[i]}
+                for i, p in enumerate(self.space)
+            },
+            "events": self.stats.events,
+            "at": time.time(),
+        }

@@ -1,0 +1,160 @@
+"""Whether a request may be answered from a watch cache, and how. Pure.
+
+Like the apiserver cacher's `shouldDelegateList` / watch path (k8s.io/apiserver/pkg/storage/
+cacher/delegator.go), a request is served from the cache only when the answer would be one
+kube-apiserver could give:
+- the resource (and namespace, for a namespace-restricted cache) is the cache's;
+- the client accepts plain JSON objects (no Table or PartialObjectMetadata conversion);
+- its label selector is at least as narrow as the cache's and its field selector uses only
+  fields the cache indexes and is at least as narrow as the cache's;
+- its resourceVersion semantics allow it: a LIST with RV=0, or NotOlderThan a proxy RV
+  (legacy: RV=N without resourceVersionMatch and without limit); a WATCH from "", "0" or a
+  proxy RV; sendInitialEvents=true; a GET by name with RV=0. A consistent LIST (RV unset),
+  `resourceVersionMatch=Exact` and `continue` pages go upstream.
+Whether the cache has reached (or still holds) a given RV is decided where the cache lives.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from routing import rv as rvcodec
+from routing.requestinfo import RequestInfo
+from routing.selectors import (
+    SELECTABLE_FIELDS,
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+)
+
+_TRUE = {"true", "1"}
+
+
+class CacheMode(enum.Enum):
+    LIST = "list"
+    WATCH = "watch"
+    GET = "get"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSpec:
+    """What the policy needs of a cache: its resource, namespace and selectors."""
+
+    group: str
+    resource: str
+    namespace: str
+    label_selector: LabelSelector
+    field_selector: FieldSelector
+    slots: int
+
+
+@dataclass(frozen=True, slots=True)
+class CachePlan:
+    """How to answer from the cache. `vector` is the client's RV decoded (None for ""/"0")."""
+
+    mode: CacheMode
+    label_selector: LabelSelector
+    field_selector: FieldSelector
+    namespace: str
+    vector: tuple[int, ...] | None
+    send_initial_events: bool
+    bookmarks: bool
+    name: str  # the one name selected (GET, or metadata.name=), "" for any
+
+
+def accepts_plain_json(accept: str) -> bool:
+    """True when the Accept header lets the answer be plain JSON objects."""
+    if not accept.strip():
+        return True
+    for part in accept.split(","):
+        media = part.strip()
+        if "as=" in media:
+            continue
+        kind = media.split(";", 1)[0].strip()
+        if kind in {"application/json", "*/*", "application/*"}:
+            return True
+    return False
+
+
+def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSpec, *, epoch: int) -> CachePlan | None:
+    """The way to serve `info` from the cache `spec`, or None to go upstream."""
+    if not info.is_resource_request or info.malformed or info.subresource:
+        return None
+    if (info.api_group, info.resource) != (spec.group, spec.resource):
+        return None
+    if spec.namespace and info.namespace != spec.namespace:
+        return None
+    if not accepts_plain_json(accept):
+        return None
+    try:
+        label_selector = parse_label_selector(query.get("labelSelector", ""))
+        field_selector = parse_field_selector(query.get("fieldSelector", ""))
+    except SelectorError:
+        return None  # the partition answers with its own Status
+    allowed = SELECTABLE_FIELDS.get((spec.group, spec.resource), frozenset({"metadata.name", "metadata.namespace"}))
+    if not field_selector.fields() <= allowed:
+        return None
+    if not label_selector.at_least_as_narrow_as(spec.label_selector):
+        return None
+    if not field_selector.at_least_as_narrow_as(spec.field_selector):
+        return None
+
+    rv = query.get("resourceVersion", "")
+    rvm = query.get("resourceVersionMatch", "")
+    sie = query.get("sendInitialEvents", "").lower() in _TRUE
+    vector: tuple[int, ...] | None = None
+    if rv not in {"", "0"}:
+        if not rvcodec.is_proxy_rv(rv, spec.slots):
+            return None
+        try:
+            vector = rvcodec.decode(rv, epoch=epoch, slots=spec.slots)
+        except rvcodec.RVError:
+            return None
+        if not all(vector):
+            return None
+
+    name = info.name or _selected_name(field_selector)
+    bookmarks = query.get("allowWatchBookmarks", "").lower() in _TRUE
+    if info.verb == "watch":
+        if query.get("continue") or query.get("limit"):
+            return None
+        if sie and rvm not in {"", "NotOlderThan"}:
+            return None
+        if not sie and rvm:
+            return None
+        mode = CacheMode.WATCH
+    elif info.verb == "list":
+        if query.get("continue") or rvm == "Exact" or sie:
+            return None
+        if rv == "":
+            return None  # consistent read: the partitions answer
+        if vector is not None and not rvm and query.get("limit"):
+            return None  # legacy RV=N with limit means Exact
+        mode = CacheMode.LIST
+    elif info.verb == "get" and info.name:
+        if rv != "0":
+            return None
+        mode = CacheMode.GET
+    else:
+        return None
+    return CachePlan(
+        mode=mode,
+        label_selector=label_selector,
+        field_selector=field_selector,
+        namespace=info.namespace,
+        vector=vector,
+        send_initial_events=sie,
+        bookmarks=bookmarks,
+        name=name,
+    )
+
+
+def _selected_name(field_selector: FieldSelector) -> str:
+    for req in field_selector.requirements:
+        if req.field == "metadata.name" and req.operator == "=":
+            return req.value
+    return ""

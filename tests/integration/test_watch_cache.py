@@ -1,0 +1,156 @@
+"""Watch caches in front of real partitions: the cached node view equals the partitions' union
+at every step, selectors decide cache or upstream, many watchers share one upstream watch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from typing import Any
+
+import aiohttp
+
+from tests.integration.conftest import Kube, node, pod
+
+SECONDS = 20.0
+
+
+def _union_nodes(kube: Kube) -> dict[str, dict[str, str]]:
+    """name -> labels, read from the RPs directly."""
+    out: dict[str, dict[str, str]] = {}
+    for p in ("rp1", "rp2"):
+        for item in json.loads(kube.kubectl("get", "nodes", "-o", "json", kubeconfig=kube.direct(p)))["items"]:
+            out[item["metadata"]["name"]] = item["metadata"].get("labels") or {}
+    return out
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, ctx: ssl.SSLContext, **params: str) -> Any:
+    async with session.get(url, params=params, ssl=ctx) as resp:
+        assert resp.status == 200, await resp.text()
+        return await resp.json()
+
+
+async def test_cached_node_list_and_watch_equal_the_union_of_the_partitions_at_every_step(kube: Kube, unique: str) -> None:
+    ctx = kube.client_ssl()
+    url = f"{kube.proxy.server}/api/v1/nodes"
+    before = kube.metric("partition_proxy_requests_total", route="serve-from-cache", partition="nodes")
+    async with aiohttp.ClientSession() as s:
+        listed = await _get_json(s, url, ctx, resourceVersion="0")
+        view = {i["metadata"]["name"]: i["metadata"].get("labels") or {} for i in listed["items"]}
+        assert view == _union_nodes(kube)
+        params = {"watch": "1", "resourceVersion": listed["metadata"]["resourceVersion"], "allowWatchBookmarks": "true"}
+        async with s.get(url, params=params, ssl=ctx) as resp:
+            assert resp.status == 200
+
+            async def settle() -> None:
+                """Apply events until the client's view equals the partitions' union."""
+                want = _union_nodes(kube)
+                deadline = time.monotonic() + SECONDS
+                while view != want:
+                    assert time.monotonic() < deadline, (view, want)
+                    line = await asyncio.wait_for(resp.content.readline(), SECONDS)
+                    event = json.loads(line)
+                    meta = event["object"]["metadata"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        view[meta["name"]] = meta.get("labels") or {}
+                    elif event["type"] == "DELETED":
+                        view.pop(meta["name"], None)
+
+            a, b = f"rp1-step-{unique}", f"rp2-step-{unique}"
+            steps = [
+                lambda: kube.create(node(a), kubeconfig=kube.direct("rp1")),
+                lambda: kube.create(node(b, {"color": "red"})),  # through the proxy, placed on rp2
+                lambda: kube.kubectl("label", "node", a, "color=blue"),
+                lambda: kube.kubectl("label", "node", b, "color=green", "--overwrite", kubeconfig=kube.direct("rp2")),
+                lambda: kube.kubectl("delete", "node", a),
+                lambda: kube.kubectl("delete", "node", b, kubeconfig=kube.direct("rp2")),
+            ]
+            for step in steps:
+                step()
+                await settle()
+                again = await _get_json(s, url, ctx, resourceVersion="0")
+                assert {i["metadata"]["name"]: i["metadata"].get("labels") or {} for i in again["items"]} == view
+    # Every list above (the first and one per step) was answered by the cache.
+    assert kube.metric("partition_proxy_requests_total", route="serve-from-cache", partition="nodes", verb="list") >= before + len(steps) + 1
+
+
+async def test_narrower_label_selector_is_served_from_cache_and_wider_goes_upstream(kube: Kube, unique: str) -> None:
+    ns = f"acme{unique}-c"
+    kube.kubectl("create", "namespace", ns)
+    critical = pod(ns, "crit", "rp1-x")
+    critical["metadata"]["labels"] = {"tier": "critical", "app": unique}  # type: ignore[index]
+    plain = pod(ns, "plain", "rp1-x")
+    plain["metadata"]["labels"] = {"app": unique}  # type: ignore[index]
+    kube.create(critical)
+    kube.create(plain)
+    ctx = kube.client_ssl()
+    url = f"{kube.proxy.server}/api/v1/pods"
+    cached = lambda: kube.metric("partition_proxy_requests_total", route="serve-from-cache", partition="critical-pods")  # noqa: E731
+    fanned = lambda: kube.metric("partition_proxy_requests_total", route="fan-out", verb="list")  # noqa: E731
+    async with aiohttp.ClientSession() as s:
+        deadline = time.monotonic() + SECONDS
+        while True:  # the cache catches up with the create within milliseconds
+            c0, f0 = cached(), fanned()
+            narrow = await _get_json(s, url, ctx, resourceVersion="0", labelSelector=f"tier=critical,app={unique}")
+            if narrow["items"] or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert [i["metadata"]["name"] for i in narrow["items"]] == ["crit"]
+        assert (cached(), fanned()) == (c0 + 1, f0)
+        wide = await _get_json(s, url, ctx, resourceVersion="0", labelSelector=f"app={unique}")
+        assert sorted(i["metadata"]["name"] for i in wide["items"]) == ["crit", "plain"]
+        assert (cached(), fanned()) == (c0 + 1, f0 + 1)
+
+
+async def _partition_watch_count(kube: Kube, partition: str, resource: str) -> float:
+    """Open WATCH requests on the partition's own metrics (apiserver_longrunning_requests)."""
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{kube.fed.partition(partition).server}/metrics", ssl=kube.partition_ssl(partition)) as resp:
+            text = await resp.text()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line and f'resource="{resource}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_a_thousand_watchers_by_name_cost_one_upstream_watch_per_resource_partition(kube: Kube, unique: str) -> None:
+    names = [f"rp{1 + i % 2}-many-{unique}-{i}" for i in range(20)]
+    for name in names:
+        kube.create(node(name))
+    # Each RP already serves two node watches: the reflector's and its own Node authorizer's
+    # informer (kube-apiserver watches nodes through its loopback client).
+    baseline = {p: await _partition_watch_count(kube, p, "nodes") for p in ("rp1", "rp2")}
+    assert baseline == {"rp1": 2, "rp2": 2}
+    ctx = kube.client_ssl()
+    url = f"{kube.proxy.server}/api/v1/nodes"
+    connector = aiohttp.TCPConnector(limit=0, ssl=ctx)
+    async with aiohttp.ClientSession(connector=connector) as s:
+        listed = await _get_json(s, url, ctx, resourceVersion="0")
+        rv = listed["metadata"]["resourceVersion"]
+        responses = []
+        for i in range(1000):
+            name = names[i % len(names)]
+            responses.append(
+                await s.get(url, params={"watch": "1", "resourceVersion": rv, "fieldSelector": f"metadata.name={name}"})
+            )
+        try:
+            assert all(r.status == 200 for r in responses)
+            during = {p: await _partition_watch_count(kube, p, "nodes") for p in ("rp1", "rp2")}
+            assert during == baseline, "1,000 client watches added no upstream watch"
+            assert kube.metric("partition_proxy_watch_cache_watchers", cache="nodes") >= 1000
+            for name in names:
+                kube.kubectl("label", "node", name, f"seen={unique}", kubeconfig=kube.direct(name[:3]))
+
+            async def first_event(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+                return json.loads(await asyncio.wait_for(resp.content.readline(), SECONDS))
+
+            events = await asyncio.gather(*(first_event(r) for r in responses))
+        finally:
+            for r in responses:
+                r.close()
+    for i, event in enumerate(events):
+        assert event["type"] == "MODIFIED"
+        assert event["object"]["metadata"]["name"] == names[i % len(names)]
+        assert event["object"]["metadata"]["labels"]["seen"] == unique

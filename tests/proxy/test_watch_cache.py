@@ -1,0 +1,179 @@
+"""The watch cache and cache watchers, fed by hand (no partitions): bytes, RVs, fan-out,
+relist differences, resuming and slow watchers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from config.models import CacheConfig, PartitionRole
+from proxy.cache.cache_watcher import CacheWatcher
+from proxy.cache.watch_cache import WatchCache
+from routing import rv as rvcodec
+from routing.selectors import parse_field_selector, parse_label_selector
+
+EPOCH = 1
+
+
+def node(name: str, rv: int, labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "resourceVersion": str(rv), "labels": labels or {}}
+    meta.update(extra)
+    return {"kind": "Node", "apiVersion": "v1", "metadata": meta, "spec": {}}
+
+
+def make_cache(label_selector: str = "", history: int = 100) -> WatchCache:
+    spec = CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE, label_selector=label_selector, history=history)
+    cache = WatchCache(
+        spec=spec,
+        space=("rp1", "rp2"),
+        epoch=EPOCH,
+        label_selector=parse_label_selector(label_selector),
+        field_selector=parse_field_selector(""),
+    )
+    cache.replace("rp1", [node("a", 10)], 12, kind="NodeList", api_version="v1")
+    cache.replace("rp2", [node("b", 20)], 25, kind="NodeList", api_version="v1")
+    return cache
+
+
+def watcher(cache: WatchCache, *, label: str = "", field: str = "", name: str = "", queue: int = 100) -> CacheWatcher:
+    w = CacheWatcher(
+        label_selector=parse_label_selector(label), field_selector=parse_field_selector(field), name=name, queue_size=queue
+    )
+    cache.add_watcher(w)
+    return w
+
+
+def drain(w: CacheWatcher) -> list[dict[str, Any]]:
+    out = []
+    while not w.queue.empty():
+        out.append(orjson.loads(w.queue.get_nowait()))
+    return out
+
+
+def test_list_from_cache_joins_stored_bytes_under_the_vector_rv() -> None:
+    cache = make_cache()
+    doc = orjson.loads(cache.list_bytes(cache.matching(parse_label_selector(""), parse_field_selector(""))))
+    assert doc["kind"] == "NodeList" and doc["apiVersion"] == "v1"
+    assert rvcodec.decode(doc["metadata"]["resourceVersion"], epoch=EPOCH, slots=2) == (12, 25)
+    assert [i["metadata"]["name"] for i in doc["items"]] == ["a", "b"]
+    assert all(i["kind"] == "Node" for i in doc["items"])
+
+
+def test_list_items_get_kind_and_api_version_and_lose_managed_fields() -> None:
+    spec = CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE)
+    cache = WatchCache(
+        spec=spec, space=("rp1",), epoch=EPOCH, label_selector=parse_label_selector(""), field_selector=parse_field_selector("")
+    )
+    item = {
+        "metadata": {
+            "name": "a",
+            "resourceVersion": "5",
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+        }
+    }
+    cache.replace("rp1", [item], 6, kind="NodeList", api_version="v1")
+    stored = orjson.loads(cache.objects[(0, "", "a")].raw)
+    assert stored["kind"] == "Node" and stored["apiVersion"] == "v1"
+    assert "managedFields" not in stored["metadata"] and "annotations" not in stored["metadata"]
+
+
+def test_one_event_is_encoded_once_and_the_same_bytes_reach_every_watcher() -> None:
+    cache = make_cache()
+    watchers = [watcher(cache) for _ in range(3)] + [watcher(cache, name="a")]
+    cache.apply("rp1", "MODIFIED", node("a", 30, {"x": "1"}))
+    lines = [w.queue.get_nowait() for w in watchers]
+    assert all(line is lines[0] for line in lines)
+    event = orjson.loads(lines[0])
+    assert event["type"] == "MODIFIED"
+    assert rvcodec.decode(event["object"]["metadata"]["resourceVersion"], epoch=EPOCH, slots=2) == (30, 25)
+
+
+def test_watch_by_name_only_gets_its_own_object() -> None:
+    cache = make_cache()
+    w = watcher(cache, field="metadata.name=b", name="b")
+    cache.apply("rp1", "MODIFIED", node("a", 30))
+    cache.apply("rp2", "MODIFIED", node("b", 31))
+    assert [e["object"]["metadata"]["name"] for e in drain(w)] == ["b"]
+
+
+def test_object_leaving_a_watchers_selector_is_deleted_for_it_and_entering_is_added() -> None:
+    cache = make_cache()
+    w = watcher(cache, label="tier=gold")
+    cache.apply("rp1", "MODIFIED", node("a", 30, {"tier": "gold"}))
+    cache.apply("rp1", "MODIFIED", node("a", 31, {"tier": "silver"}))
+    assert [e["type"] for e in drain(w)] == ["ADDED", "DELETED"]
+
+
+def test_relist_turns_the_difference_into_synthetic_events_in_rv_order() -> None:
+    cache = make_cache()
+    cache.replace("rp1", [node("a", 10), node("c", 14)], 16, kind="NodeList", api_version="v1")  # relist: no change to a
+    w = watcher(cache)
+    cache.replace("rp1", [node("c", 40, {"v": "2"}), node("d", 35)], 50, kind="NodeList", api_version="v1")
+    events = drain(w)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "d"), ("MODIFIED", "c"), ("DELETED", "a")]
+    stamps = [e["object"]["metadata"]["resourceVersion"] for e in events]
+    assert stamps == sorted(stamps, key=lambda s: (len(s), s))
+    assert cache.vector == [50, 25]
+    assert cache.stats.relists == [2, 0]
+
+
+def test_watch_resumes_from_a_vector_the_ring_still_holds_and_not_from_an_older_one() -> None:
+    cache = make_cache(history=3)
+    start = tuple(cache.vector)
+    assert cache.resumable(start)
+    for rv in (30, 31, 32):
+        cache.apply("rp1", "MODIFIED", node("a", rv))
+    assert [e.native_rv for e in cache.events_after(start)] == [30, 31, 32]
+    cache.apply("rp1", "MODIFIED", node("a", 33))  # evicts 30: rp1's floor is now 30
+    assert not cache.resumable(start)
+    assert cache.resumable((30, 25))
+    assert [e.native_rv for e in cache.events_after((30, 25))] == [31, 32, 33]
+
+
+def test_a_watcher_that_falls_behind_is_terminated_with_410_and_others_keep_going() -> None:
+    cache = make_cache()
+    slow, fast = watcher(cache, queue=2), watcher(cache, queue=100)
+    for rv in range(30, 35):
+        cache.apply("rp1", "MODIFIED", node("a", rv))
+    slow_events = drain(slow)
+    assert len(slow_events) == 1 and slow_events[0]["type"] == "ERROR"
+    assert (slow_events[0]["object"]["code"], slow_events[0]["object"]["reason"]) == (410, "Expired")
+    assert len(drain(fast)) == 5
+
+
+def test_bookmarks_go_to_watchers_that_asked_once_the_vector_moves() -> None:
+    cache = make_cache()
+    asked = CacheWatcher(label_selector=parse_label_selector(""), field_selector=parse_field_selector(""), bookmarks=True)
+    silent = watcher(cache)
+    cache.add_watcher(asked)
+    cache.bookmark("rp2", 60)
+    cache.bookmark("rp2", 60)  # no move, no second bookmark
+    events = drain(asked)
+    assert [e["type"] for e in events] == ["BOOKMARK"]
+    assert rvcodec.decode(events[0]["object"]["metadata"]["resourceVersion"], epoch=EPOCH, slots=2) == (12, 60)
+    assert drain(silent) == []
+
+
+def test_cache_selector_keeps_only_selected_objects_and_reports_their_bytes() -> None:
+    cache = make_cache(label_selector="keep=yes")
+    assert cache.objects == {}
+    cache.apply("rp1", "ADDED", node("k", 30, {"keep": "yes"}))
+    cache.apply("rp1", "ADDED", node("n", 31, {"keep": "no"}))
+    assert [k[2] for k in cache.objects] == ["k"]
+    assert cache.bytes_total == sum(len(o.raw) for o in cache.objects.values())
+    cache.apply("rp1", "MODIFIED", node("k", 32, {"keep": "no"}))
+    assert cache.objects == {} and cache.bytes_total == 0
+
+
+@pytest.mark.parametrize("kind", ["ADDED", "MODIFIED"])
+def test_node_index_follows_the_node_cache(kind: str) -> None:
+    index: dict[str, str] = {}
+    cache = make_cache()
+    cache.on_node = lambda name, partition: index.__setitem__(name, partition) if partition else index.pop(name, None)
+    cache.apply("rp2", kind, node("z", 40))
+    assert index == {"z": "rp2"}
+    cache.apply("rp2", "DELETED", node("z", 41))
+    assert index == {}
