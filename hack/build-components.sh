@@ -40,3 +40,21 @@ vpkg=k8s.io/component-base/version
 build kube-apiserver "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-apiserver \
   "-X $vpkg.gitVersion=$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
 build etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3
+
+# toxiproxy (fault injection between the proxy and partitions in tests): its go.mod has no
+# replace directives, so `go install module/cmd@version` works; the binary is named `server`.
+TOXIPROXY_VERSION=v2.12.0
+if [ ! -x "$bin/toxiproxy-server-$TOXIPROXY_VERSION" ] && [ -x "$cache/toxiproxy-server-$TOXIPROXY_VERSION" ]; then
+  cp "$cache/toxiproxy-server-$TOXIPROXY_VERSION" "$bin/toxiproxy-server-$TOXIPROXY_VERSION"
+fi
+if [ ! -x "$bin/toxiproxy-server-$TOXIPROXY_VERSION" ]; then
+  echo "building toxiproxy server $TOXIPROXY_VERSION..." >&2
+  start=$SECONDS
+  gobin=$(mktemp -d)
+  (cd "$gobin" && GOBIN="$gobin" GOFLAGS= go install -trimpath -ldflags "-s -w" "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION")
+  mv "$gobin/server" "$bin/toxiproxy-server-$TOXIPROXY_VERSION"
+  rm -rf "$gobin"
+  cp "$bin/toxiproxy-server-$TOXIPROXY_VERSION" "$cache/toxiproxy-server-$TOXIPROXY_VERSION"
+  echo "built toxiproxy server $TOXIPROXY_VERSION in $((SECONDS - start)) s" >&2
+fi
+ln -sf "toxiproxy-server-$TOXIPROXY_VERSION" "$bin/toxiproxy-server"

@@ -16,7 +16,7 @@ import string
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,11 @@ def write_proxy_config(
     rv_epoch: int = 1,
     partitions: Sequence[str] | None = None,
     caches: Sequence[dict[str, Any]] | None = None,
+    kubeconfigs: Mapping[str, Path] | None = None,
 ) -> Path:
     """Write the serving certificate and config.yaml for a proxy listening on 127.0.0.1:port,
-    in front of `partitions` (default: all) with `caches` (default: the proxy's defaults)."""
+    in front of `partitions` (default: all) with `caches` (default: the proxy's defaults).
+    `kubeconfigs` replaces the proxy's kubeconfig of some partitions (e.g. through toxiproxy)."""
     directory.mkdir(parents=True, exist_ok=True)
     crt, key = fed.ca.issue_serving(directory, "proxy-serving", ["127.0.0.1", "localhost"])
     members = [p for p in fed.partitions if partitions is None or p.name in partitions]
@@ -61,7 +63,8 @@ def write_proxy_config(
             "tls": {"cert_file": str(crt), "key_file": str(key), "client_ca_file": str(fed.ca_file)},
         },
         "partitions": [
-            {"name": p.name, "role": p.role, "kubeconfig": str(p.proxy_kubeconfig)} for p in members
+            {"name": p.name, "role": p.role, "kubeconfig": str((kubeconfigs or {}).get(p.name, p.proxy_kubeconfig))}
+            for p in members
         ],
         "system_partition": tps[0],
         "tenants": {"namespace_to_tenant": "prefix", "separator": "-", "ranges": tenant_ranges(tps)},
@@ -86,11 +89,14 @@ class ProxyProcess:
         port: int | None = None,
         partitions: Sequence[str] | None = None,
         caches: Sequence[dict[str, Any]] | None = None,
+        kubeconfigs: Mapping[str, Path] | None = None,
     ) -> None:
         self.fed = fed
         self.directory = directory
         self.port = port or _free_ports(1)[0]
-        self.config_path = write_proxy_config(fed, directory, port=self.port, partitions=partitions, caches=caches)
+        self.config_path = write_proxy_config(
+            fed, directory, port=self.port, partitions=partitions, caches=caches, kubeconfigs=kubeconfigs
+        )
         self.log_path = directory / "proxy.log"
         self.popen: subprocess.Popen[bytes] | None = None
 
