@@ -53,11 +53,69 @@ class PartitionRole(str, enum.Enum):
 
 
 class TLSConfig(_Model):
-    """Downstream TLS: the proxy's serving certificate and the CA that signs client certificates."""
+    """Downstream TLS: the proxy's serving certificate, the CA that signs client certificates,
+    the minimum protocol version and (TLS 1.2) cipher suites in OpenSSL syntax."""
 
     cert_file: Path
     key_file: Path
     client_ca_file: Path | None = None
+    min_version: Literal["1.2", "1.3"] = "1.2"
+    # OpenSSL cipher list for TLS 1.2; the default keeps forward-secret AEAD suites only, as the
+    # Go crypto/tls defaults kube-apiserver uses do.
+    ciphers: str = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+
+class StaticToken(_Model):
+    """A bearer token accepted without asking a partition (tests, break-glass)."""
+
+    token: str = Field(min_length=8)
+    user: str = Field(min_length=1)
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+
+
+class AuthConfig(_Model):
+    """Authentication of clients and authorization of answers served from caches.
+
+    Clients authenticate with a certificate (CN user, O groups) signed by listen.tls.
+    client_ca_file, or a bearer token: `static_tokens` first, then a TokenReview sent to
+    `token_review_partition` (answers cached `token_cache_seconds`). Without either a request
+    gets 401, unless `anonymous` is on (then it is system:anonymous).
+
+    Reads answered from a watch cache are authorized with a SubjectAccessReview to every
+    partition the answer comes from, cached `authorization_cache_seconds` per (user, groups,
+    verb, resource, namespace, name, selectors); members of `trusted_groups` skip it.
+    """
+
+    anonymous: bool = False
+    static_tokens: tuple[StaticToken, ...] = ()
+    token_review_partition: str | None = None
+    # seconds; kube-apiserver caches successful webhook token reviews for 2 min and failures
+    # for 10 s by default; a proxy in front of it re-asks more often, so revocation is seen soon.
+    token_cache_seconds: float = Field(default=10.0, ge=0)
+    # seconds; SubjectAccessReview answers are reused this long (apiserver webhook authorizer
+    # default: 5 min allowed, 30 s denied; 10 s keeps RBAC changes visible fast).
+    authorization_cache_seconds: float = Field(default=10.0, ge=0)
+    trusted_groups: tuple[str, ...] = ()
+
+
+class LimitsConfig(_Model):
+    """Limits against abuse. Sizes in bytes, times in seconds."""
+
+    # bytes; kube-apiserver refuses bodies over 3 MiB (apiserver MaxRequestBodyBytes).
+    max_body_bytes: int = Field(default=3 * 1024 * 1024, gt=0)
+    # bytes; one header line. Go's net/http allows 1 MiB of headers in all; client
+    # certificates are not headers, bearer tokens are a few KiB.
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    # bytes; the request line. Label and field selectors make long URLs; 8 KiB is the common
+    # limit of front proxies (nginx large_client_header_buffers).
+    max_url_bytes: int = Field(default=8 * 1024, ge=256)
+    # watches one identity may hold open at once; a kubelet holds one per secret and configmap
+    # its pods use (hundreds on a busy node), so the default leaves room for that.
+    max_watches_per_identity: int = Field(default=1000, ge=1)
+    # seconds; a watch whose client does not take a write within this time is dropped (a client
+    # that never reads must not pin memory).
+    watch_write_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
 class ListenConfig(_Model):
@@ -181,6 +239,8 @@ class ProxyConfig(_Model):
     rv_epoch: int = Field(default=1, ge=0, le=999)
     upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
     caches: tuple[CacheConfig, ...] = Field(default_factory=_default_caches)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> ProxyConfig:
@@ -208,6 +268,8 @@ class ProxyConfig(_Model):
             need(f"tenants.partitions.{tenant}", name, PartitionRole.TENANT)
         for i, r in enumerate(self.tenants.ranges):
             need(f"tenants.ranges.{i}.partition", r.partition, PartitionRole.TENANT)
+        if self.auth.token_review_partition is not None and self.auth.token_review_partition not in roles:
+            raise ValueError(f"auth.token_review_partition: unknown partition {self.auth.token_review_partition!r}")
         if self.tenants.default_partition is not None:
             need("tenants.default_partition", self.tenants.default_partition, PartitionRole.TENANT)
         for prefix, name in self.nodes.prefixes.items():

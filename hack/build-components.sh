@@ -41,20 +41,28 @@ build kube-apiserver "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-apiserver \
   "-X $vpkg.gitVersion=$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
 build etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3
 
-# toxiproxy (fault injection between the proxy and partitions in tests): its go.mod has no
-# replace directives, so `go install module/cmd@version` works; the binary is named `server`.
-TOXIPROXY_VERSION=v2.12.0
-if [ ! -x "$bin/toxiproxy-server-$TOXIPROXY_VERSION" ] && [ -x "$cache/toxiproxy-server-$TOXIPROXY_VERSION" ]; then
-  cp "$cache/toxiproxy-server-$TOXIPROXY_VERSION" "$bin/toxiproxy-server-$TOXIPROXY_VERSION"
-fi
-if [ ! -x "$bin/toxiproxy-server-$TOXIPROXY_VERSION" ]; then
-  echo "building toxiproxy server $TOXIPROXY_VERSION..." >&2
-  start=$SECONDS
-  gobin=$(mktemp -d)
-  (cd "$gobin" && GOBIN="$gobin" GOFLAGS= go install -trimpath -ldflags "-s -w" "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION")
-  mv "$gobin/server" "$bin/toxiproxy-server-$TOXIPROXY_VERSION"
-  rm -rf "$gobin"
-  cp "$bin/toxiproxy-server-$TOXIPROXY_VERSION" "$cache/toxiproxy-server-$TOXIPROXY_VERSION"
-  echo "built toxiproxy server $TOXIPROXY_VERSION in $((SECONDS - start)) s" >&2
-fi
-ln -sf "toxiproxy-server-$TOXIPROXY_VERSION" "$bin/toxiproxy-server"
+install() {  # install NAME VERSION PACKAGE BINARY: `go install PACKAGE@VERSION` (modules
+  # without replace directives only), binary BINARY renamed to NAME-VERSION.
+  local name=$1 version=$2 pkg=$3 binary=$4
+  local out="$bin/$name-$version"
+  if [ ! -x "$out" ] && [ -x "$cache/$name-$version" ]; then
+    cp "$cache/$name-$version" "$out"
+  fi
+  if [ ! -x "$out" ]; then
+    echo "installing $name $version from $pkg..." >&2
+    local start=$SECONDS gobin
+    gobin=$(mktemp -d)
+    (cd "$gobin" && GOBIN="$gobin" GOFLAGS= go install -trimpath -ldflags "-s -w" "$pkg@$version")
+    mv "$gobin/$binary" "$out"
+    rm -rf "$gobin"
+    cp "$out" "$cache/$name-$version"
+    echo "installed $name $version in $((SECONDS - start)) s" >&2
+  fi
+  ln -sf "$name-$version" "$bin/$name"
+}
+
+# toxiproxy (faults between the proxy and partitions in tests); the binary is named `server`.
+install toxiproxy-server v2.12.0 github.com/Shopify/toxiproxy/v2/cmd/server server
+# helm (chart lint/template in tests). go install leaves helm's default KubeVersion at v1.20:
+# every helm call in this project passes --kube-version.
+install helm v3.21.4 helm.sh/helm/v3/cmd/helm helm

@@ -67,9 +67,13 @@ rules:
 - apiGroups: ["storage.k8s.io"]
   resources: [csinodes]
   verbs: [get, list, watch]
-# Cached reads are authorized with SubjectAccessReviews to the owning partitions.
+# Cached reads are authorized with SubjectAccessReviews to the owning partitions; bearer
+# tokens are checked with TokenReviews.
 - apiGroups: ["authorization.k8s.io"]
   resources: [subjectaccessreviews]
+  verbs: [create]
+- apiGroups: ["authentication.k8s.io"]
+  resources: [tokenreviews]
   verbs: [create]
 - nonResourceURLs: ["/readyz", "/livez", "/healthz", "/version", "/api", "/api/*", "/apis",
                     "/apis/*", "/openapi", "/openapi/*"]

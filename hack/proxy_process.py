@@ -47,10 +47,12 @@ def write_proxy_config(
     partitions: Sequence[str] | None = None,
     caches: Sequence[dict[str, Any]] | None = None,
     kubeconfigs: Mapping[str, Path] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the serving certificate and config.yaml for a proxy listening on 127.0.0.1:port,
     in front of `partitions` (default: all) with `caches` (default: the proxy's defaults).
-    `kubeconfigs` replaces the proxy's kubeconfig of some partitions (e.g. through toxiproxy)."""
+    `kubeconfigs` replaces the proxy's kubeconfig of some partitions (e.g. through toxiproxy);
+    `extra` adds top-level config keys (auth, limits, ...)."""
     directory.mkdir(parents=True, exist_ok=True)
     crt, key = fed.ca.issue_serving(directory, "proxy-serving", ["127.0.0.1", "localhost"])
     members = [p for p in fed.partitions if partitions is None or p.name in partitions]
@@ -73,6 +75,7 @@ def write_proxy_config(
     }
     if caches is not None:
         config["caches"] = list(caches)
+    config.update(extra or {})
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -90,12 +93,13 @@ class ProxyProcess:
         partitions: Sequence[str] | None = None,
         caches: Sequence[dict[str, Any]] | None = None,
         kubeconfigs: Mapping[str, Path] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.fed = fed
         self.directory = directory
         self.port = port or _free_ports(1)[0]
         self.config_path = write_proxy_config(
-            fed, directory, port=self.port, partitions=partitions, caches=caches, kubeconfigs=kubeconfigs
+            fed, directory, port=self.port, partitions=partitions, caches=caches, kubeconfigs=kubeconfigs, extra=extra
         )
         self.log_path = directory / "proxy.log"
         self.popen: subprocess.Popen[bytes] | None = None

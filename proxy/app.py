@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -28,14 +29,18 @@ from proxy.cache.watch_cache import WatchCache
 from proxy.context import ProxyContext
 from proxy.discovery import namespaced_resources
 from proxy.forward import forward, status_response
-from proxy.identity import identity_from_peercert
+from proxy.authn import Authenticator
+from proxy.authz import Authorizer, impersonate, impersonation_request
+from proxy.identity import Identity
+from proxy.limits import TooManyWatches, WatchLimiter
 from proxy.metrics import Metrics
 from proxy.union import union_list, union_watch
 from proxy.upstream import open_upstream
-from routing.cache_policy import CacheMode, CacheSpec, plan
+from routing.cache_policy import CacheMode, CacheSpec, plan, selected_name
 from routing.decide import Route, RouteKind, RoutingState, decide, owner_of_namespaced
 from routing.requestinfo import RequestInfo
 from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
+from routing.status import status
 from routing.placement import Placement
 from routing.protobuf import object_name
 from routing.requestinfo import parse_request_info
@@ -46,9 +51,6 @@ CONTEXT = web.AppKey("context", ProxyContext)
 # seconds; how long /readyz waits for a partition's own /readyz before calling it not ready.
 _READYZ_TIMEOUT = 2.0
 _LOCAL_PATHS = frozenset({"/livez", "/readyz", "/metrics", "/healthz"})
-# bytes; the largest create body read to find its name. etcd refuses requests over 1.5 MiB
-# (--max-request-bytes default) and kube-apiserver bodies over 3 MiB, so 3 MiB loses nothing.
-_MAX_CREATE_BODY = 3 * 1024 * 1024
 
 
 def try_cache(request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route) -> tuple[WatchCache, Any] | None:
@@ -81,7 +83,7 @@ async def serve_from_cache(
         return serve_list(cache, found, slot)
     if found.mode is CacheMode.GET:
         return serve_get(cache, found, slot)
-    return await serve_watch(request, cache, found, slot)
+    return await serve_watch(request, cache, found, slot, write_timeout=ctx.config.limits.watch_write_timeout_seconds)
 
 
 def body_name(body: bytes, content_type: str) -> str:
@@ -97,6 +99,56 @@ def body_name(body: bytes, content_type: str) -> str:
     return name if isinstance(name, str) else ""
 
 
+def forbidden(identity: Identity, info: RequestInfo, reason: str = "") -> web.Response:
+    """403 as kube-apiserver words it (k8s.io/apiserver/pkg/endpoints/handlers/responsewriters)."""
+    scope = f'in the namespace "{info.namespace}"' if info.namespace else "at the cluster scope"
+    what = f'{info.resource} "{info.name}"' if info.name else info.resource
+    message = (
+        f'{what} is forbidden: User "{identity.user}" cannot {info.verb} resource "{info.resource}" '
+        f'in API group "{info.api_group}" {scope}'
+    )
+    if reason:
+        message += f": {reason}"
+    details = {"name": info.name, "kind": info.resource} if info.name else {"kind": info.resource}
+    return web.json_response(status(403, "Forbidden", message, details=details), status=403)
+
+
+def cache_attributes(info: RequestInfo, request: web.Request) -> dict[str, Any]:
+    """SubjectAccessReview resourceAttributes of a read answered from a cache, selectors
+    included (the Node authorizer decides node lists by their field selector)."""
+    attrs: dict[str, Any] = {
+        "verb": info.verb,
+        "group": info.api_group,
+        "version": info.api_version,
+        "resource": info.resource,
+    }
+    if info.namespace:
+        attrs["namespace"] = info.namespace
+    name = info.name or selected_name(request.query.get("fieldSelector", ""))
+    if name:
+        # A list or watch selecting metadata.name=<n> is authorized as a request for <n>, as
+        # kube-apiserver's RequestInfoFactory does (the Node authorizer relies on it).
+        attrs["name"] = name
+    if request.query.get("fieldSelector"):
+        attrs["fieldSelector"] = {"rawSelector": request.query["fieldSelector"]}
+    if request.query.get("labelSelector"):
+        attrs["labelSelector"] = {"rawSelector": request.query["labelSelector"]}
+    return attrs
+
+
+def _limits_response(request: web.Request, ctx: ProxyContext) -> web.Response | None:
+    """413/414/431 for requests over the configured sizes, before anything is read."""
+    limits = ctx.config.limits
+    if len(request.rel_url.raw_path_qs) > limits.max_url_bytes:
+        return status_response(414, "BadRequest", f"the request URL is longer than {limits.max_url_bytes} bytes")
+    for key, value in request.headers.items():
+        if len(key) + len(value) > limits.max_header_bytes:
+            return status_response(431, "BadRequest", f"a request header is larger than {limits.max_header_bytes} bytes")
+    if request.content_length is not None and request.content_length > limits.max_body_bytes:
+        return status_response(413, "RequestEntityTooLarge", "the request body is too large")
+    return None
+
+
 async def handle_api(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
     started = time.monotonic()
@@ -105,45 +157,85 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     long_running = info.verb == "watch"
     ctx.metrics.inflight.labels("long-running" if long_running else "other").inc()
     try:
-        peercert = request.transport.get_extra_info("peercert") if request.transport else None
-        identity = identity_from_peercert(peercert)
-        if identity is None:
-            response: web.StreamResponse = status_response(401, "Unauthorized", "Unauthorized")
-            code = 401
-            return response
-        route = decide(info, ctx.routing)
-        body: bytes | None = None
-        if route.kind is RouteKind.NEEDS_BODY_NAME:
-            body = await request.content.read(_MAX_CREATE_BODY + 1)
-            if len(body) > _MAX_CREATE_BODY:
-                code = 413
-                return status_response(413, "RequestEntityTooLarge", "the request body is too large")
-            route = decide(info, ctx.routing, body_name=body_name(body, request.headers.get("Content-Type", "")))
-        route_kind = route.kind.value
-        if route.kind is RouteKind.REJECT and route.plain_text:
-            response = web.Response(status=route.status_code, text=route.message + "\n")
-        elif route.kind is RouteKind.REJECT:
-            response = status_response(route.status_code, route.reason, route.message)
-        elif (cached := try_cache(request, ctx, info, route)) is not None and (
-            answer := await serve_from_cache(request, ctx, info, route, *cached)
-        ) is not None:
-            route_kind, target = "serve-from-cache", cached[0].spec.name
-            response = answer
-        elif route.kind is RouteKind.FORWARD:
-            target = route.partitions[0]
-            response = await forward(request, ctx=ctx, info=info, route=route, identity=identity, body=body)
-        elif info.verb == "watch":
-            target = "union"
-            response = await union_watch(request, ctx=ctx, info=info, route=route, identity=identity)
-        else:
-            target = "union"
-            response = await union_list(request, ctx=ctx, info=info, route=route, identity=identity)
-        code = response.status
-        return response
+        response = await _answer(request, ctx, info)
+        route_kind, target = response.route_kind, response.target
+        code = response.response.status
+        return response.response
     finally:
         ctx.metrics.inflight.labels("long-running" if long_running else "other").dec()
         ctx.metrics.requests.labels(info.verb or request.method.lower(), route_kind, target, str(code or 499)).inc()
         ctx.metrics.duration.labels(info.verb or request.method.lower(), route_kind).observe(time.monotonic() - started)
+
+
+@dataclass(slots=True)
+class Answer:
+    response: web.StreamResponse
+    route_kind: str = "reject"
+    target: str = ""
+
+
+async def _answer(request: web.Request, ctx: ProxyContext, info: RequestInfo) -> Answer:
+    """The request pipeline: limits, authentication, route, impersonation, watch limits,
+    then cache, forward or union."""
+    if (too_big := _limits_response(request, ctx)) is not None:
+        return Answer(too_big)
+    identity = await ctx.authn.authenticate(request)
+    if identity is None:
+        return Answer(status_response(401, "Unauthorized", "Unauthorized"))
+    route = decide(info, ctx.routing)
+    body: bytes | None = None
+    if route.kind is RouteKind.NEEDS_BODY_NAME:
+        body = await request.content.read(ctx.config.limits.max_body_bytes + 1)
+        if len(body) > ctx.config.limits.max_body_bytes:
+            return Answer(status_response(413, "RequestEntityTooLarge", "the request body is too large"))
+        route = decide(info, ctx.routing, body_name=body_name(body, request.headers.get("Content-Type", "")))
+    if route.kind is RouteKind.REJECT:
+        if route.plain_text:
+            return Answer(web.Response(status=route.status_code, text=route.message + "\n"))
+        return Answer(status_response(route.status_code, route.reason, route.message))
+
+    wanted = impersonation_request(request.headers)
+    if wanted is not None:
+        acting, message = await impersonate(ctx.authz, identity, wanted, route.partitions)
+        if acting is None:
+            return Answer(web.json_response(status(403, "Forbidden", message), status=403), route.kind.value)
+        identity = acting
+
+    if info.verb == "watch":
+        try:
+            with ctx.watches.hold(identity.user):
+                return await _route(request, ctx, info, route, identity, body)
+        except TooManyWatches:
+            return Answer(
+                status_response(
+                    429,
+                    "TooManyRequests",
+                    f"too many open watches for this user (limit {ctx.config.limits.max_watches_per_identity})",
+                    headers={"Retry-After": "1"},
+                )
+            )
+    return await _route(request, ctx, info, route, identity, body)
+
+
+async def _route(
+    request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route, identity: Identity, body: bytes | None
+) -> Answer:
+    cached = try_cache(request, ctx, info, route)
+    if cached is not None:
+        cache, found = cached
+        partitions = [route.partitions[0]] if info.partition and route.kind is RouteKind.FORWARD else list(cache.space)
+        decision = await ctx.authz.allowed(identity, cache_attributes(info, request), partitions)
+        if not decision.allowed:
+            return Answer(forbidden(identity, info, decision.reason), "serve-from-cache", cache.spec.name)
+        answer = await serve_from_cache(request, ctx, info, route, cache, found)
+        if answer is not None:
+            return Answer(answer, "serve-from-cache", cache.spec.name)
+    if route.kind is RouteKind.FORWARD:
+        response = await forward(request, ctx=ctx, info=info, route=route, identity=identity, body=body)
+        return Answer(response, route.kind.value, route.partitions[0])
+    if info.verb == "watch":
+        return Answer(await union_watch(request, ctx=ctx, info=info, route=route, identity=identity), route.kind.value, "union")
+    return Answer(await union_list(request, ctx=ctx, info=info, route=route, identity=identity), route.kind.value, "union")
 
 
 async def handle_livez(request: web.Request) -> web.Response:
@@ -243,7 +335,7 @@ def build_app(config: ProxyConfig) -> web.Application:
     """The application for `config`. Partition sessions open on start-up and close on cleanup;
     start-up fails (OSError/ValueError/aiohttp.ClientError) if a kubeconfig is unusable or the
     system partition's discovery cannot be read."""
-    app = web.Application(client_max_size=_MAX_CREATE_BODY)
+    app = web.Application(client_max_size=config.limits.max_body_bytes)
 
     caches, node_index = build_caches(config)
 
@@ -254,12 +346,16 @@ def build_app(config: ProxyConfig) -> web.Application:
             for p in config.partitions:
                 upstreams[p.name] = await open_upstream(p, config.upstream)
             namespaced = await namespaced_resources(upstreams[config.system_partition])
+            review = config.auth.token_review_partition
             app[CONTEXT] = ProxyContext(
                 config=config,
                 routing=RoutingState(Placement.from_config(config), namespaced, config.rv_epoch, node_index),
                 upstreams=upstreams,
                 metrics=Metrics.create(),
                 caches=caches,
+                authn=Authenticator(config.auth, upstreams[review] if review else None),
+                authz=Authorizer(config.auth, upstreams),
+                watches=WatchLimiter(config.limits.max_watches_per_identity),
             )
             for cache in caches:
                 for partition in cache.space:

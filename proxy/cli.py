@@ -25,7 +25,8 @@ def server_ssl_context(listen: ListenConfig) -> ssl.SSLContext | None:
     if listen.tls is None:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3 if listen.tls.min_version == "1.3" else ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(listen.tls.ciphers)
     ctx.load_cert_chain(listen.tls.cert_file, listen.tls.key_file)
     if listen.tls.client_ca_file is not None:
         ctx.load_verify_locations(cafile=listen.tls.client_ca_file)
@@ -62,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
             print=None,
             # seconds; let in-flight requests finish on SIGTERM, but never hang on open watches.
             shutdown_timeout=5.0,
+            # aiohttp's own parser limits sit above the configured ones, so requests between
+            # the two get a Status from the proxy (414/431) instead of aiohttp's plain 400.
+            handler_args={
+                "max_line_size": 2 * config.limits.max_url_bytes,
+                "max_field_size": 2 * config.limits.max_header_bytes,
+            },
         )
     except Exception as exc:  # start-up failures: one line, no traceback (house rule 5)
         print(f"partition-proxy: start-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)

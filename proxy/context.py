@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from multidict import CIMultiDict
 
 from config.models import ProxyConfig
+from proxy.authn import Authenticator
+from proxy.authz import Authorizer
 from proxy.cache.watch_cache import WatchCache
+from proxy.limits import WatchLimiter
 from proxy.identity import Identity, add_impersonation
 from proxy.metrics import Metrics
 from proxy.upstream import Upstream
@@ -20,7 +23,10 @@ class ProxyContext:
     routing: RoutingState
     upstreams: dict[str, Upstream]
     metrics: Metrics
-    caches: list[WatchCache] = field(default_factory=list)
+    caches: list[WatchCache]
+    authn: Authenticator
+    authz: Authorizer
+    watches: WatchLimiter
 
     @property
     def caches_synced(self) -> bool:

@@ -22,6 +22,7 @@ from aiohttp import web
 from proxy.context import ProxyContext
 from proxy.headers import downstream_response_headers, upstream_request_headers
 from proxy.identity import Identity
+from proxy.limits import write_or_drop
 from proxy.streams import iter_lines
 from proxy.upstream import Upstream
 from routing import rv as rvcodec
@@ -132,6 +133,7 @@ async def forward(
         answer_type = upstream_response.headers.get("Content-Type", "")
         rewrite = merged and answer_type.startswith("application/json")
         translate = translate_single(ctx.epoch, slots, slot)
+        write_timeout = ctx.config.limits.watch_write_timeout_seconds
         response: web.StreamResponse | None = None
         try:
             if not is_watch and rewrite:
@@ -148,10 +150,10 @@ async def forward(
             await response.prepare(request)
             if rewrite:
                 async for line in iter_lines(upstream_response):
-                    await response.write(rewrite_rvs(line, translate))
+                    await write_or_drop(request, response, rewrite_rvs(line, translate), timeout=write_timeout)
             else:
                 async for chunk in upstream_response.content.iter_any():
-                    await response.write(chunk)
+                    await write_or_drop(request, response, chunk, timeout=write_timeout)
             await response.write_eof()
             return response
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:

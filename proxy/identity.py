@@ -1,9 +1,8 @@
 """Who the client is, and how that identity reaches the partitions.
 
-Authentication: the client certificate verified by the TLS layer against the configured client
-CA; the subject's CN is the user and each O is a group (as kube-apiserver's x509 authenticator,
-`k8s.io/apiserver/pkg/authentication/request/x509`). Without a certificate the request is
-unauthenticated and gets 401 (bearer tokens come with the security work).
+Authentication is `proxy.authn`; this module reads identities from client certificates (the
+subject's CN is the user and each O a group, as kube-apiserver's x509 authenticator,
+`k8s.io/apiserver/pkg/authentication/request/x509`) and writes them as impersonation headers.
 
 Forwarding: the proxy calls partitions with its own credentials plus `Impersonate-User` and one
 `Impersonate-Group` per group (https://kubernetes.io/docs/reference/access-authn-authz/user-impersonation/).
@@ -23,6 +22,7 @@ from multidict import CIMultiDict
 class Identity:
     user: str
     groups: tuple[str, ...]
+    uid: str = ""
 
 
 def identity_from_peercert(peercert: dict[str, Any] | None) -> Identity | None:
@@ -47,3 +47,5 @@ def add_impersonation(headers: CIMultiDict[str], identity: Identity) -> None:
     headers["Impersonate-User"] = identity.user
     for group in identity.groups:
         headers.add("Impersonate-Group", group)
+    if identity.uid:
+        headers["Impersonate-Uid"] = identity.uid

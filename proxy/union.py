@@ -27,6 +27,7 @@ from proxy.context import ProxyContext
 from proxy.forward import expired_response, status_response, translated_query, upstream_error_response
 from proxy.headers import downstream_response_headers, json_accept, upstream_request_headers
 from proxy.identity import Identity
+from proxy.limits import write_or_drop
 from proxy.streams import iter_lines
 from routing import rv as rvcodec
 from routing.decide import NAMESPACES, Route, owner_of_namespaced
@@ -240,8 +241,9 @@ async def union_watch(
                 partition, line = await asyncio.wait_for(queue.get(), timeout=remaining)
             except asyncio.TimeoutError:
                 break
-            for out in merge.on_line(partition, line):
-                await response.write(out)
+            out = merge.on_line(partition, line)
+            if out:
+                await write_or_drop(request, response, b"".join(out), timeout=ctx.config.limits.watch_write_timeout_seconds)
     finally:
         for task in tasks:
             task.cancel()

@@ -158,3 +158,11 @@ def _selected_name(field_selector: FieldSelector) -> str:
         if req.field == "metadata.name" and req.operator == "=":
             return req.value
     return ""
+
+
+def selected_name(field_selector: str) -> str:
+    """The name a raw field selector pins with `metadata.name=<n>`, "" when none or invalid."""
+    try:
+        return _selected_name(parse_field_selector(field_selector))
+    except SelectorError:
+        return ""

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from proxy.cache.cache_watcher import CacheWatcher
 from proxy.cache.watch_cache import WatchCache, event_line
+from proxy.limits import write_or_drop
 from routing.cache_policy import CacheMode, CachePlan
 from routing.status import status_bytes
 
@@ -55,7 +56,9 @@ def serve_list(cache: WatchCache, plan: CachePlan, slot: int | None) -> web.Resp
     return _json(cache.list_bytes(objects))
 
 
-async def serve_watch(request: web.Request, cache: WatchCache, plan: CachePlan, slot: int | None) -> web.StreamResponse:
+async def serve_watch(
+    request: web.Request, cache: WatchCache, plan: CachePlan, slot: int | None, *, write_timeout: float
+) -> web.StreamResponse:
     watcher = CacheWatcher(
         label_selector=plan.label_selector,
         field_selector=plan.field_selector,
@@ -90,7 +93,7 @@ async def serve_watch(request: web.Request, cache: WatchCache, plan: CachePlan, 
     try:
         await response.prepare(request)
         if initial:
-            await response.write(b"".join(initial))
+            await write_or_drop(request, response, b"".join(initial), timeout=write_timeout)
         timeout_param = request.query.get("timeoutSeconds", "")
         lifetime = float(timeout_param) if timeout_param.isdigit() else random.uniform(*_DEFAULT_WATCH_SECONDS)
         loop = asyncio.get_running_loop()
@@ -107,7 +110,7 @@ async def serve_watch(request: web.Request, cache: WatchCache, plan: CachePlan, 
             batch = [line]
             while not watcher.queue.empty():
                 batch.append(watcher.queue.get_nowait())
-            await response.write(b"".join(batch))
+            await write_or_drop(request, response, b"".join(batch), timeout=write_timeout)
             if watcher.terminated and watcher.queue.empty():
                 break
         with contextlib.suppress(ConnectionError):

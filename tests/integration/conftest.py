@@ -30,6 +30,10 @@ TEST_CACHES = [
     {"name": "node-leases", "group": "coordination.k8s.io", "resource": "leases", "namespace": "kube-node-lease", "role": "resource"},
     {"name": "critical-pods", "resource": "pods", "role": "tenant", "label_selector": "tier=critical"},
 ]
+TEST_CONFIG = {
+    "auth": {"token_review_partition": "tp1"},
+    "limits": {"max_watches_per_identity": 1000},
+}
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Kube:
     proxy: ProxyProcess
     kubectl_path: str
     admin: Path  # admin through the proxy (group partition-proxy:admins)
+    watch_limit: int = 1000  # limits.max_watches_per_identity of the session proxy
 
     def direct(self, partition: str) -> Path:
         return self.fed.partition(partition).admin_kubeconfig
@@ -105,7 +110,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     fed.start()
     proxy = None
     try:
-        proxy = ProxyProcess(fed, root / "proxy", caches=TEST_CACHES).start()
+        proxy = ProxyProcess(fed, root / "proxy", caches=TEST_CACHES, extra=TEST_CONFIG).start()
         admin = fed.issue_client_kubeconfig("admin-through-proxy", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)
         yield Kube(fed=fed, proxy=proxy, kubectl_path=find_kubectl(), admin=admin)
     finally:

@@ -1,0 +1,111 @@
+"""Authentication of clients (DESIGN §7).
+
+Order, first that applies: a client certificate verified by the TLS layer (CN user, O groups,
+as kube-apiserver's x509 authenticator); a bearer token found in the configured static tokens;
+a bearer token accepted by a TokenReview sent to `auth.token_review_partition` with the proxy's
+own credential (answers cached briefly, keyed by a SHA-256 of the token: the token itself is
+never stored, logged or forwarded); anonymous (`system:anonymous`, `system:unauthenticated`)
+when enabled. Otherwise the request is unauthenticated and gets 401.
+
+`system:masters` is dropped from every client identity: membership in it bypasses RBAC on the
+partitions, and no client of the proxy may obtain that through the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+
+import aiohttp
+import orjson
+from aiohttp import web
+from cachetools import TTLCache
+
+from config.models import AuthConfig
+from proxy.identity import Identity, identity_from_peercert
+from proxy.upstream import Upstream
+
+log = logging.getLogger("partition_proxy.authn")
+
+MASTERS = "system:masters"
+ANONYMOUS = Identity("system:anonymous", ("system:unauthenticated",))
+# entries; distinct tokens remembered at once. 10,000 covers every kubelet of a large RP
+# without letting a token-spraying client grow memory without bound.
+_TOKEN_CACHE_SIZE = 10_000
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def without_masters(identity: Identity) -> Identity:
+    if MASTERS not in identity.groups:
+        return identity
+    return Identity(identity.user, tuple(g for g in identity.groups if g != MASTERS), identity.uid)
+
+
+class Authenticator:
+    def __init__(self, config: AuthConfig, token_review: Upstream | None) -> None:
+        self.config = config
+        self.token_review = token_review
+        self.static = {_digest(t.token): Identity(t.user, t.groups, t.uid) for t in config.static_tokens}
+        self.cache: TTLCache[bytes, Identity | None] = TTLCache(
+            maxsize=_TOKEN_CACHE_SIZE, ttl=max(config.token_cache_seconds, 0.001)
+        )
+
+    async def authenticate(self, request: web.Request) -> Identity | None:
+        """The client's identity, or None (401)."""
+        peercert = request.transport.get_extra_info("peercert") if request.transport else None
+        identity = identity_from_peercert(peercert)
+        if identity is not None:
+            return without_masters(identity)
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() == "bearer" and token:
+            found = await self._token(token)
+            return without_masters(found) if found is not None else None
+        return ANONYMOUS if self.config.anonymous else None
+
+    async def _token(self, token: str) -> Identity | None:
+        digest = _digest(token)
+        for known, identity in self.static.items():
+            if hmac.compare_digest(known, digest):
+                return identity
+        if self.token_review is None:
+            return None
+        if digest in self.cache:
+            return self.cache[digest]
+        identity, definite = await self._review(token)
+        if definite:  # a partition that could not be asked is asked again next time
+            self.cache[digest] = identity
+        return identity
+
+    async def _review(self, token: str) -> tuple[Identity | None, bool]:
+        """POST a TokenReview to the configured partition (authentication.k8s.io/v1)."""
+        upstream = self.token_review
+        assert upstream is not None
+        body = orjson.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if upstream.auth_header:
+            headers["Authorization"] = upstream.auth_header
+        try:
+            async with upstream.session.post(
+                upstream.url("/apis/authentication.k8s.io/v1/tokenreviews"),
+                data=body,
+                headers=headers,
+                timeout=upstream.request_timeout,
+            ) as resp:
+                if resp.status not in (200, 201):
+                    log.warning("TokenReview on %s answered %d", upstream.name, resp.status)
+                    return None, False
+                status = orjson.loads(await resp.read()).get("status") or {}
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+            log.warning("TokenReview on %s failed: %s", upstream.name, type(exc).__name__)
+            return None, False
+        if not status.get("authenticated"):
+            return None, True
+        user = status.get("user") or {}
+        return Identity(user.get("username", ""), tuple(user.get("groups") or ()), user.get("uid", "")), True

@@ -1,0 +1,164 @@
+"""Authorization the proxy must do itself, with SubjectAccessReviews (authorization.k8s.io/v1)
+sent to the partitions with the proxy's own credential:
+
+1. Reads answered from a watch cache. Forwarded requests are authorized by the partition that
+   receives them; a cached answer never reaches a partition, so the proxy asks each partition the
+   answer comes from whether the client may `verb` the resource (with its namespace, name and
+   selectors, which the Node authorizer uses), and answers 403 unless every one says yes.
+2. A client asking to impersonate (`kubectl --as`, `Impersonate-*` headers). The proxy already
+   impersonates the client, and impersonation does not nest, so it does what kube-apiserver's
+   impersonation filter does (`k8s.io/apiserver/pkg/endpoints/filters/impersonation`): ask the
+   owning partitions whether the client may `impersonate` each requested user, group, uid and
+   extra, then act as the requested identity. Any denial is 403. `system:masters` can never be
+   requested.
+
+Answers are cached briefly (`auth.authorization_cache_seconds`) per question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from cachetools import TTLCache
+from multidict import CIMultiDictProxy
+
+from config.models import AuthConfig
+from proxy.authn import MASTERS
+from proxy.identity import Identity
+from proxy.upstream import Upstream
+
+log = logging.getLogger("partition_proxy.authz")
+
+# entries; distinct questions remembered at once (user x verb x resource x namespace x name).
+_CACHE_SIZE = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+
+
+class Authorizer:
+    def __init__(self, config: AuthConfig, upstreams: Mapping[str, Upstream]) -> None:
+        self.config = config
+        self.upstreams = upstreams
+        self.trusted = frozenset(config.trusted_groups)
+        self.cache: TTLCache[Any, Decision] = TTLCache(maxsize=_CACHE_SIZE, ttl=max(config.authorization_cache_seconds, 0.001))
+
+    async def allowed(
+        self, identity: Identity, attributes: dict[str, Any], partitions: Sequence[str], *, trust: bool = True
+    ) -> Decision:
+        """Whether every partition allows `identity` the `resourceAttributes`. With `trust`,
+        members of `auth.trusted_groups` are allowed without asking."""
+        if trust and self.trusted.intersection(identity.groups):
+            return Decision(True)
+        answers = await asyncio.gather(*(self._ask(identity, attributes, p) for p in partitions))
+        for decision in answers:
+            if not decision.allowed:
+                return decision
+        return Decision(True)
+
+    async def _ask(self, identity: Identity, attributes: dict[str, Any], partition: str) -> Decision:
+        key = (partition, identity, orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS))
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        upstream = self.upstreams[partition]
+        spec: dict[str, Any] = {"user": identity.user, "groups": list(identity.groups), "resourceAttributes": attributes}
+        if identity.uid:
+            spec["uid"] = identity.uid
+        body = orjson.dumps({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if upstream.auth_header:
+            headers["Authorization"] = upstream.auth_header
+        try:
+            async with upstream.session.post(
+                upstream.url("/apis/authorization.k8s.io/v1/subjectaccessreviews"),
+                data=body,
+                headers=headers,
+                timeout=upstream.request_timeout,
+            ) as resp:
+                if resp.status not in (200, 201):
+                    return Decision(False, f"authorization check on {partition} answered {resp.status}")
+                status = orjson.loads(await resp.read()).get("status") or {}
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+            return Decision(False, f"authorization check on {partition} failed: {type(exc).__name__}")
+        decision = Decision(bool(status.get("allowed")) and not status.get("denied"), status.get("reason", ""))
+        self.cache[key] = decision
+        return decision
+
+
+@dataclass(frozen=True, slots=True)
+class ImpersonationRequest:
+    user: str
+    groups: tuple[str, ...]
+    uid: str
+    extra: tuple[tuple[str, str], ...]
+
+
+def impersonation_request(headers: CIMultiDictProxy[str]) -> ImpersonationRequest | None:
+    """The impersonation a client asked for with Impersonate-* headers, or None."""
+    user = headers.get("Impersonate-User", "")
+    groups = tuple(headers.getall("Impersonate-Group", []))
+    uid = headers.get("Impersonate-Uid", "")
+    extra = tuple(
+        (key[len("Impersonate-Extra-") :].lower(), value)
+        for key, value in headers.items()
+        if key.lower().startswith("impersonate-extra-")
+    )
+    if not (user or groups or uid or extra):
+        return None
+    return ImpersonationRequest(user, groups, uid, extra)
+
+
+def forbidden_message(identity: Identity, resource: str, name: str, group: str = "") -> str:
+    """kube-apiserver's wording for a denied impersonation."""
+    api_group = f'"{group}"'
+    return (
+        f'{resource} "{name}" is forbidden: User "{identity.user}" cannot impersonate resource '
+        f'"{resource}" in API group {api_group} at the cluster scope'
+    )
+
+
+async def impersonate(
+    authorizer: Authorizer, identity: Identity, wanted: ImpersonationRequest, partitions: Sequence[str]
+) -> tuple[Identity | None, str]:
+    """The identity to act as, or (None, message) when any requested part is denied."""
+    if not wanted.user:
+        return None, "requested impersonation without a user (Impersonate-User is required)"
+    if MASTERS in wanted.groups:
+        return None, forbidden_message(identity, "groups", MASTERS)
+    checks: list[tuple[dict[str, Any], str, str, str]] = []
+    if wanted.user.startswith("system:serviceaccount:") and wanted.user.count(":") == 3:
+        _, _, namespace, name = wanted.user.split(":")
+        checks.append(({"verb": "impersonate", "resource": "serviceaccounts", "namespace": namespace, "name": name}, "serviceaccounts", name, ""))
+    else:
+        checks.append(({"verb": "impersonate", "resource": "users", "name": wanted.user}, "users", wanted.user, ""))
+    for group in wanted.groups:
+        checks.append(({"verb": "impersonate", "resource": "groups", "name": group}, "groups", group, ""))
+    if wanted.uid:
+        checks.append(
+            ({"verb": "impersonate", "group": "authentication.k8s.io", "resource": "uids", "name": wanted.uid}, "uids", wanted.uid, "authentication.k8s.io")
+        )
+    for key, value in wanted.extra:
+        checks.append(
+            (
+                {"verb": "impersonate", "group": "authentication.k8s.io", "resource": "userextras", "subresource": key, "name": value},
+                f"userextras/{key}",
+                value,
+                "authentication.k8s.io",
+            )
+        )
+    decisions = await asyncio.gather(*(authorizer.allowed(identity, attrs, partitions, trust=False) for attrs, _, _, _ in checks))
+    for (attrs, resource, name, group), decision in zip(checks, decisions):
+        if not decision.allowed:
+            return None, forbidden_message(identity, resource, name, group)
+    groups = wanted.groups if "system:authenticated" in wanted.groups else wanted.groups + ("system:authenticated",)
+    return Identity(wanted.user, groups, wanted.uid), ""
