@@ -335,7 +335,7 @@ def build_app(config: ProxyConfig) -> web.Application:
     """The application for `config`. Partition sessions open on start-up and close on cleanup;
     start-up fails (OSError/ValueError/aiohttp.ClientError) if a kubeconfig is unusable or the
     system partition's discovery cannot be read."""
-    app = web.Application(client_max_size=config.limits.max_body_bytes)
+    app = web.Application(client_max_size=config.limits.max_body_bytes, middlewares=[api_requests])
 
     caches, node_index = build_caches(config)
 
@@ -380,5 +380,15 @@ def build_app(config: ProxyConfig) -> web.Application:
     app.router.add_get("/readyz", handle_readyz)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/debug/caches", handle_debug_caches)
-    app.router.add_route("*", "/{tail:.*}", handle_api)
     return app
+
+
+@web.middleware
+async def api_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Everything that is not one of the proxy's own endpoints is an API request. A middleware
+    rather than a catch-all route: a route pattern would not match every possible path (a
+    percent-encoded newline, say), and those must reach the partitions too."""
+    if request.match_info.http_exception is not None:
+        return await handle_api(request)
+    response: web.StreamResponse = await handler(request)
+    return response

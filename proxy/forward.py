@@ -85,7 +85,7 @@ async def forward(
     slots = len(route.rv_space)
     slot = route.slot(partition) if merged else 0
 
-    query_string = request.query_string
+    query_string = request.rel_url.raw_query_string
     if merged and "resourceVersion" in request.query:
         try:
             native = rvcodec.to_native(request.query["resourceVersion"], epoch=ctx.epoch, slots=slots, slot=slot)
@@ -125,6 +125,9 @@ async def forward(
             data=data,
             timeout=timeout,
             allow_redirects=False,
+            # A body the client sent without Content-Type goes on without one (aiohttp would
+            # add application/octet-stream, which kube-apiserver refuses with 415).
+            skip_auto_headers=("Content-Type",),
         )
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         return upstream_error_response(partition, exc)

@@ -98,13 +98,14 @@ async def union_list(
         replace: dict[str, str | None] = {"limit": None, "continue": None}
         if vector is not None:
             replace["resourceVersion"] = str(vector[route.slot(partition)])
-        query = translated_query(request.query_string, replace=replace)
+        query = translated_query(request.rel_url.raw_query_string, replace=replace)
         async with upstream.session.request(
             request.method,
             upstream.url(info.upstream_path, query),
             headers=ctx.upstream_headers(base_headers, upstream, identity),
             data=body,
             timeout=upstream.request_timeout,
+            skip_auto_headers=("Content-Type",),
         ) as resp:
             return partition, resp.status, resp.headers.copy(), await resp.read()
 
@@ -167,7 +168,7 @@ async def union_watch(
             replace["sendInitialEvents"] = None
             replace["resourceVersionMatch"] = None
             replace["resourceVersion"] = str(native) if native else client_rv
-        return translated_query(request.query_string, replace=replace)
+        return translated_query(request.rel_url.raw_query_string, replace=replace)
 
     async def open_watch(partition: str, *, first: bool) -> aiohttp.ClientResponse:
         upstream = ctx.upstreams[partition]

@@ -11,7 +11,7 @@ import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
-from tests.integration.conftest import Kube, node
+from tests.federation import Kube, node
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 PROTOBUF = "application/vnd.kubernetes.protobuf"

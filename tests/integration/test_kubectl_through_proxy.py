@@ -6,7 +6,7 @@ import json
 import subprocess
 import time
 
-from tests.integration.conftest import Kube, node, pod
+from tests.federation import Kube, node, pod
 
 
 def _names(out: str) -> set[str]:

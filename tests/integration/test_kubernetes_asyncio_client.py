@@ -6,7 +6,7 @@ import asyncio
 
 from kubernetes_asyncio import client, config, watch
 
-from tests.integration.conftest import Kube, node
+from tests.federation import Kube, node
 
 
 async def test_kubernetes_asyncio_list_and_watch_nodes_through_the_proxy(kube: Kube, unique: str) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.integration.conftest import Kube, node
+from tests.federation import Kube, node
 
 
 def _kubeconfig(kube: Kube, name: str, user: str, groups: list[str]) -> Path:

@@ -11,7 +11,7 @@ import aiohttp
 
 from hack.federation import Federation
 from routing import rv as rvcodec
-from tests.integration.conftest import Kube, pod
+from tests.federation import Kube, pod
 
 SECONDS = 20.0  # upper bound for one test's waits; events arrive in milliseconds
 

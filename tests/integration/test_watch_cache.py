@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.integration.conftest import Kube, node, pod
+from tests.federation import Kube, node, pod
 
 SECONDS = 20.0
 

@@ -24,7 +24,7 @@ import pytest
 from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, find_kubectl
 from hack.proxy_process import ProxyProcess
 from hack.toxiproxy import ToxiproxyServer
-from tests.integration.conftest import Kube, node
+from tests.federation import Kube, node
 
 COMPACTION_SECONDS = 5
 

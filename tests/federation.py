@@ -1,28 +1,20 @@
 """The local federation of REAL partitions (2 TPs x 2 RPs: etcd + kube-apiserver each) and the
-proxy in front of it, started once per test session.
-
-Without the binaries (.local/bin, built by `make test`), these tests fail when
-REQUIRE_REAL_PARTITIONS=1 (CI) and are skipped otherwise.
+proxy in front of it, started once per test session (fixtures in tests/conftest.py), and the
+helpers tests use to talk to it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import subprocess
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, find_kubectl
+from hack.federation import PROXY_ADMINS_GROUP, Federation
 from hack.proxy_process import ProxyProcess
-
-pytestmark = pytest.mark.integration
 
 # The proxy's default caches plus one filtered by label, to tell narrower from wider selectors.
 TEST_CACHES = [
@@ -32,7 +24,7 @@ TEST_CACHES = [
 ]
 TEST_CONFIG = {
     "auth": {"token_review_partition": "tp1"},
-    "limits": {"max_watches_per_identity": 1000},
+    "limits": {"max_watches_per_identity": 1000, "watch_write_timeout_seconds": 5},
 }
 
 
@@ -92,37 +84,6 @@ class Kube:
         ctx = ssl.create_default_context(cafile=str(self.fed.ca_file))
         ctx.load_cert_chain(crt, key)
         return ctx
-
-
-def _binaries_present() -> bool:
-    return all((DEFAULT_BIN_DIR / b).exists() for b in ("kube-apiserver", "etcd"))
-
-
-@pytest.fixture(scope="session")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
-    if not _binaries_present():
-        message = f"real kube-apiserver/etcd missing in {DEFAULT_BIN_DIR}: run `make test` (hack/build-components.sh)"
-        if os.environ.get("REQUIRE_REAL_PARTITIONS"):
-            pytest.fail(message)
-        pytest.skip(message)  # REQUIRE_REAL_PARTITIONS unset: a developer machine without Go
-    root = tmp_path_factory.mktemp("federation")
-    fed = Federation(root)
-    fed.start()
-    proxy = None
-    try:
-        proxy = ProxyProcess(fed, root / "proxy", caches=TEST_CACHES, extra=TEST_CONFIG).start()
-        admin = fed.issue_client_kubeconfig("admin-through-proxy", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)
-        yield Kube(fed=fed, proxy=proxy, kubectl_path=find_kubectl(), admin=admin)
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        fed.stop()
-
-
-@pytest.fixture
-def unique() -> str:
-    """A short suffix that keeps object names of one test apart from every other test's."""
-    return uuid.uuid4().hex[:6]
 
 
 def pod(namespace: str, name: str, node: str) -> dict[str, object]:
