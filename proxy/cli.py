@@ -1,7 +1,11 @@
-"""Command line: `partition-proxy serve --config FILE`.
+"""Command line: `partition-proxy serve --config FILE [--check-config]` and
+`partition-proxy kubeconfig ...`.
 
 Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 when the configuration is unusable
 (one line on stderr naming the field), 1 when start-up fails for another reason (one line).
+`serve --check-config` validates the config and exits: 0 printing `config OK`, or 2 with the
+one-line error. `kubeconfig` writes a client kubeconfig (proxy/kubeconfig_cmd.py): 0, or 2 with
+one line naming the flag.
 """
 
 from __future__ import annotations
@@ -16,7 +20,16 @@ from aiohttp import web
 
 from config import ConfigError, load_config
 from config.models import ListenConfig
-from proxy.app import build_app
+from proxy.app import build_app, build_caches
+from proxy.kubeconfig_cmd import (
+    DEFAULT_SCHEDULER_NAME,
+    ROLES,
+    KubeconfigError,
+    build_kubeconfig,
+    check_partition,
+    read_credentials,
+    write_kubeconfig,
+)
 
 
 def server_ssl_context(listen: ListenConfig) -> ssl.SSLContext | None:
@@ -40,7 +53,34 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve the federation described by a config file")
     serve.add_argument("--config", type=Path, required=True, help="YAML config file")
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the config (fields, partitions, cache selectors) and exit: 0 printing `config OK`, "
+        "or 2 with one line; reads no kubeconfig or TLS file and opens no connection",
+    )
+    kubeconfig = sub.add_parser(
+        "kubeconfig",
+        help="write a kubeconfig for a kubelet (of a resource partition) or a scheduler (of a tenant partition)",
+        description="Write a kubeconfig whose server URL carries the partition path prefix "
+        "/partitions/<name>, with the CA and the client credentials embedded.",
+    )
+    # Required flags are checked by _kubeconfig, not argparse, so a missing one is one line too.
+    kubeconfig.add_argument("--server", help="the proxy's base URL, e.g. https://proxy:6443 (required)")
+    kubeconfig.add_argument("--ca-file", type=Path, help="CA of the proxy's serving certificate, PEM (required)")
+    kubeconfig.add_argument("--client-cert", type=Path, help="client certificate, PEM (required)")
+    kubeconfig.add_argument("--client-key", type=Path, help="its unencrypted private key, PEM (required)")
+    kubeconfig.add_argument("--partition", help="kubelet: its resource partition; scheduler: its tenant partition (required)")
+    kubeconfig.add_argument("--role", help=f"{' or '.join(ROLES)} (required)")
+    kubeconfig.add_argument("--name", help=f"kubelet: its node name (required); scheduler: a name (default {DEFAULT_SCHEDULER_NAME})")
+    kubeconfig.add_argument("--config", type=Path, help="the proxy's config: check the partition exists and has the right role")
+    kubeconfig.add_argument("-o", "--output", default="-", help="output file (mode 0600), '-' for stdout (default)")
     args = parser.parse_args(argv)
+
+    if args.command == "kubeconfig":
+        return _kubeconfig(args)
+    if args.check_config:
+        return _check_config(args.config)
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -63,16 +103,57 @@ def main(argv: list[str] | None = None) -> int:
             print=None,
             # seconds; let in-flight requests finish on SIGTERM, but never hang on open watches.
             shutdown_timeout=5.0,
+            # A client that goes away cancels its handler, so a watch frees its upstream watches
+            # at once instead of at its next event.
+            handler_cancellation=True,
             # aiohttp's own parser limits sit above the configured ones, so requests between
             # the two get a Status from the proxy (414/431) instead of aiohttp's plain 400.
-            handler_args={
-                "max_line_size": 2 * config.limits.max_url_bytes,
-                "max_field_size": 2 * config.limits.max_header_bytes,
-            },
+            max_line_size=2 * config.limits.max_url_bytes,
+            max_field_size=2 * config.limits.max_header_bytes,
         )
     except Exception as exc:  # start-up failures: one line, no traceback (house rule 5)
         print(f"partition-proxy: start-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _check_config(path: Path) -> int:
+    """`serve --check-config`: load_config plus building the watch caches (their selectors),
+    as start-up does before it opens any connection."""
+    try:
+        build_caches(load_config(path))
+    except ConfigError as exc:
+        print(f"partition-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    print("config OK")
+    return 0
+
+
+def _kubeconfig(args: argparse.Namespace) -> int:
+    """`kubeconfig`: validate the inputs, build the document, write it. Errors: one line, 2."""
+    try:
+        for flag in ("server", "ca_file", "client_cert", "client_key", "partition", "role"):
+            if getattr(args, flag) in (None, ""):
+                raise KubeconfigError(f"--{flag.replace('_', '-')}: required")
+        if args.role not in ROLES:
+            raise KubeconfigError(f"--role: {args.role!r} is not one of {', '.join(ROLES)}")
+        name = args.name
+        if name is None:
+            if args.role == "kubelet":
+                raise KubeconfigError("--name: a kubelet's kubeconfig needs its node name")
+            name = DEFAULT_SCHEDULER_NAME
+        if args.config is not None:
+            try:
+                config = load_config(args.config)
+            except ConfigError as exc:
+                raise KubeconfigError(f"--config: {exc}") from None
+            check_partition(config, partition=args.partition, role=args.role)
+        credentials = read_credentials(ca_file=args.ca_file, cert_file=args.client_cert, key_file=args.client_key)
+        doc = build_kubeconfig(server=args.server, partition=args.partition, role=args.role, name=name, credentials=credentials)
+        write_kubeconfig(doc, args.output)
+    except KubeconfigError as exc:
+        print(f"partition-proxy: kubeconfig: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
