@@ -230,6 +230,29 @@ def _default_caches() -> tuple[CacheConfig, ...]:
     )
 
 
+class FailureConfig(_Model):
+    """What happens when partitions fail or the proxy is overloaded (DESIGN §8)."""
+
+    # failures in a row that mark a partition down; 3 tells a dead partition from one lost
+    # packet.
+    breaker_failures: int = Field(default=3, ge=1)
+    # seconds a partition marked down is not tried; also the Retry-After clients get.
+    breaker_open_seconds: float = Field(default=5.0, gt=0)
+    # a union list with a partition down: "partial" answers the others (and that partition's
+    # share from a watch cache when one holds it) with a Warning; "unavailable" answers 503.
+    union_policy: Literal["partial", "unavailable"] = "partial"
+    # requests served at once per class, beyond which the proxy answers 429 with Retry-After.
+    # Mutating and read-only requests each hold an upstream connection for milliseconds;
+    # long-running ones (watches, follows) for minutes, and are bounded per identity too.
+    max_inflight_mutating: int = Field(default=200, ge=1)
+    max_inflight_readonly: int = Field(default=400, ge=1)
+    max_inflight_long_running: int = Field(default=50_000, ge=1)
+    # non-long-running requests one identity may have in flight at once.
+    max_inflight_per_identity: int = Field(default=100, ge=1)
+    # seconds; on SIGTERM open watches end cleanly at once and other requests get this long.
+    shutdown_grace_seconds: float = Field(default=5.0, ge=0)
+
+
 class ProxyConfig(_Model):
     listen: ListenConfig = Field(default_factory=ListenConfig)
     partitions: tuple[PartitionConfig, ...] = Field(min_length=1)
@@ -241,6 +264,7 @@ class ProxyConfig(_Model):
     caches: tuple[CacheConfig, ...] = Field(default_factory=_default_caches)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    failure: FailureConfig = Field(default_factory=FailureConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> ProxyConfig:

@@ -33,6 +33,7 @@ from proxy.authn import Authenticator
 from proxy.authz import Authorizer, impersonate, impersonation_request
 from proxy.identity import Identity
 from proxy.limits import TooManyWatches, WatchLimiter
+from proxy.overload import InflightLimiter, Overloaded, request_class
 from proxy.metrics import Metrics
 from proxy.union import union_list, union_watch
 from proxy.upstream import open_upstream
@@ -40,6 +41,7 @@ from routing.cache_policy import CacheMode, CacheSpec, plan, selected_name
 from routing.decide import Route, RouteKind, RoutingState, decide, owner_of_namespaced
 from routing.requestinfo import RequestInfo
 from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
+from routing.rvrewrite import set_all_rvs
 from routing.status import status
 from routing.placement import Placement
 from routing.protobuf import object_name
@@ -48,9 +50,6 @@ from routing.requestinfo import parse_request_info
 log = logging.getLogger("partition_proxy")
 
 CONTEXT = web.AppKey("context", ProxyContext)
-# seconds; how long /readyz waits for a partition's own /readyz before calling it not ready.
-_READYZ_TIMEOUT = 2.0
-_LOCAL_PATHS = frozenset({"/livez", "/readyz", "/metrics", "/healthz"})
 
 
 def try_cache(request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route) -> tuple[WatchCache, Any] | None:
@@ -83,7 +82,9 @@ async def serve_from_cache(
         return serve_list(cache, found, slot)
     if found.mode is CacheMode.GET:
         return serve_get(cache, found, slot)
-    return await serve_watch(request, cache, found, slot, write_timeout=ctx.config.limits.watch_write_timeout_seconds)
+    return await serve_watch(
+        request, cache, found, slot, write_timeout=ctx.config.limits.watch_write_timeout_seconds, stream=ctx.stream
+    )
 
 
 def body_name(body: bytes, content_type: str) -> str:
@@ -182,6 +183,17 @@ async def _answer(request: web.Request, ctx: ProxyContext, info: RequestInfo) ->
     identity = await ctx.authn.authenticate(request)
     if identity is None:
         return Answer(status_response(401, "Unauthorized", "Unauthorized"))
+    long_running = info.verb == "watch" or (info.subresource == "log" and request.query.get("follow") == "true")
+    klass = request_class(request.method, long_running)
+    try:
+        with ctx.overload.admit(klass, identity.user):
+            return await _admitted(request, ctx, info, identity)
+    except Overloaded as exc:
+        ctx.metrics.rejected.labels(exc.request_class, exc.reason).inc()
+        return Answer(status_response(429, "TooManyRequests", f"too many requests: {exc}", headers={"Retry-After": "1"}))
+
+
+async def _admitted(request: web.Request, ctx: ProxyContext, info: RequestInfo, identity: Identity) -> Answer:
     route = decide(info, ctx.routing)
     body: bytes | None = None
     if route.kind is RouteKind.NEEDS_BODY_NAME:
@@ -235,7 +247,45 @@ async def _route(
         return Answer(response, route.kind.value, route.partitions[0])
     if info.verb == "watch":
         return Answer(await union_watch(request, ctx=ctx, info=info, route=route, identity=identity), route.kind.value, "union")
-    return Answer(await union_list(request, ctx=ctx, info=info, route=route, identity=identity), route.kind.value, "union")
+    share = cache_share(request, ctx, info, route)
+    response = await union_list(request, ctx=ctx, info=info, route=route, identity=identity, fallback=share)
+    return Answer(response, route.kind.value, "union")
+
+
+def cache_share(request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route) -> Callable[[str], bytes | None] | None:
+    """For a union list: a function giving one partition's share from a watch cache (native
+    RVs, as the partition would answer), used when that partition is down. None when no cache
+    can answer the request's selectors and media type."""
+    query = {k: v for k, v in request.query.items() if k not in {"continue", "limit", "resourceVersionMatch"}}
+    query["resourceVersion"] = "0"
+    for cache in ctx.caches:
+        if route.rv_space != cache.space:
+            continue
+        spec = CacheSpec(
+            group=cache.spec.group,
+            resource=cache.spec.resource,
+            namespace=cache.spec.namespace,
+            label_selector=cache.label_selector,
+            field_selector=cache.field_selector,
+            slots=len(cache.space),
+        )
+        found = plan(info, query, request.headers.get("Accept", ""), spec, epoch=ctx.epoch)
+        if found is None:
+            continue
+
+        def share(partition: str, cache: WatchCache = cache, found: Any = found) -> bytes | None:
+            if partition not in cache.synced:
+                return None
+            slot = cache.space.index(partition)
+            objects = [o for o in cache.matching(found.label_selector, found.field_selector, found.namespace) if o.slot == slot]
+            head = orjson.dumps(
+                {"kind": cache.kind, "apiVersion": cache.api_version, "metadata": {"resourceVersion": str(cache.vector[slot])}}
+            )
+            items = b",".join(set_all_rvs(o.raw, str(o.native_rv).encode()) for o in objects)
+            return head[:-1] + b',"items":[' + items + b"]}"
+
+        return share
+    return None
 
 
 async def handle_livez(request: web.Request) -> web.Response:
@@ -243,26 +293,15 @@ async def handle_livez(request: web.Request) -> web.Response:
 
 
 async def handle_readyz(request: web.Request) -> web.Response:
-    """200 when every partition answers its own /readyz with 200 (within 2 s), else 500 with
-    one line per partition, as kube-apiserver's verbose readyz does."""
+    """200 once every watch cache has synced (seed 003: no answers from a partial view).
+    A partition that is down does not make the proxy unready: its requests get 503 and the
+    others are served (DESIGN §8); taking every replica out of its Service for one partition's
+    outage would fail every partition's clients. The partitions' state is listed for people."""
     ctx = request.app[CONTEXT]
-
-    async def check(name: str) -> tuple[str, bool]:
-        upstream = ctx.upstreams[name]
-        headers = {"Authorization": upstream.auth_header} if upstream.auth_header else {}
-        try:
-            async with upstream.session.get(
-                upstream.url("/readyz"), headers=headers, timeout=aiohttp.ClientTimeout(total=_READYZ_TIMEOUT)
-            ) as resp:
-                return name, resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return name, False
-
-    results = await asyncio.gather(*(check(n) for n in ctx.upstreams))
-    lines = [f"[{'+' if ok else '-'}]partition-{name} {'ok' if ok else 'failed'}" for name, ok in results]
-    for cache in ctx.caches:
-        lines.append(f"[{'+' if cache.is_synced else '-'}]watch-cache-{cache.spec.name} {'ok' if cache.is_synced else 'not synced'}")
-    ready = all(ok for _, ok in results) and ctx.caches_synced
+    lines = [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.caches]
+    for name, upstream in ctx.upstreams.items():
+        lines.append(f"   partition {name}: {'marked down, requests get 503' if upstream.breaker.is_open else 'up'}")
+    ready = ctx.caches_synced
     lines.append("readyz check passed" if ready else "readyz check failed")
     return web.Response(text="\n".join(lines) + "\n", status=200 if ready else 500)
 
@@ -344,7 +383,7 @@ def build_app(config: ProxyConfig) -> web.Application:
         tasks: list[asyncio.Task[None]] = []
         try:
             for p in config.partitions:
-                upstreams[p.name] = await open_upstream(p, config.upstream)
+                upstreams[p.name] = await open_upstream(p, config.upstream, config.failure)
             namespaced = await namespaced_resources(upstreams[config.system_partition])
             review = config.auth.token_review_partition
             app[CONTEXT] = ProxyContext(
@@ -356,6 +395,7 @@ def build_app(config: ProxyConfig) -> web.Application:
                 authn=Authenticator(config.auth, upstreams[review] if review else None),
                 authz=Authorizer(config.auth, upstreams),
                 watches=WatchLimiter(config.limits.max_watches_per_identity),
+                overload=InflightLimiter(config.failure),
             )
             for cache in caches:
                 for partition in cache.space:
@@ -374,7 +414,11 @@ def build_app(config: ProxyConfig) -> web.Application:
             for upstream in upstreams.values():
                 await upstream.session.close()
 
+    async def end_streams(app: web.Application) -> None:
+        app[CONTEXT].end_streams()
+
     app.cleanup_ctx.append(lifecycle)
+    app.on_shutdown.append(end_streams)
     app.router.add_get("/livez", handle_livez)
     app.router.add_get("/healthz", handle_livez)
     app.router.add_get("/readyz", handle_readyz)

@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             ssl_context=ssl_context,
             access_log=None,
             print=None,
-            # seconds; let in-flight requests finish on SIGTERM, but never hang on open watches.
-            shutdown_timeout=5.0,
+            # seconds; on SIGTERM open watches end at once (on_shutdown), other requests in
+            # flight get this grace period.
+            shutdown_timeout=config.failure.shutdown_grace_seconds,
             # A client that goes away cancels its handler, so a watch frees its upstream watches
             # at once instead of at its next event.
             handler_cancellation=True,

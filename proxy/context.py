@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from multidict import CIMultiDict
 
@@ -11,6 +13,7 @@ from proxy.authn import Authenticator
 from proxy.authz import Authorizer
 from proxy.cache.watch_cache import WatchCache
 from proxy.limits import WatchLimiter
+from proxy.overload import InflightLimiter
 from proxy.identity import Identity, add_impersonation
 from proxy.metrics import Metrics
 from proxy.upstream import Upstream
@@ -27,6 +30,28 @@ class ProxyContext:
     authn: Authenticator
     authz: Authorizer
     watches: WatchLimiter
+    overload: InflightLimiter
+    # closers of open streams, called on SIGTERM so each ends cleanly and its client re-watches
+    # elsewhere (DESIGN §8)
+    streams: set[Callable[[], None]] = field(default_factory=set)
+    shutting_down: bool = False
+
+    @contextmanager
+    def stream(self, closer: Callable[[], None]) -> Iterator[None]:
+        """Register an open stream's closer for the duration of the block."""
+        if self.shutting_down:
+            closer()
+        self.streams.add(closer)
+        try:
+            yield
+        finally:
+            self.streams.discard(closer)
+
+    def end_streams(self) -> None:
+        """Ask every open stream to end now (plain def: runs atomically)."""
+        self.shutting_down = True
+        for closer in tuple(self.streams):
+            closer()
 
     @property
     def caches_synced(self) -> bool:

@@ -6,14 +6,15 @@ Bodies stream both ways; a watch is written downstream event by event. Merged re
 translated back (`routing.rvrewrite`). Protobuf passes through untouched, with native RVs: the
 proxy does not decode protobuf objects.
 
-Errors: upstream errors are returned as they came. An unreachable partition gives 503
-ServiceUnavailable, a partition that does not answer in time 504 Timeout, both as Status.
+Errors: upstream errors are returned as they came. A partition that cannot be reached or does
+not answer within its deadline, or whose circuit breaker is open (`proxy.health`), gives 503
+ServiceUnavailable with an integer Retry-After, as a Status.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import parse_qsl, urlencode
 
 import aiohttp
@@ -45,16 +46,23 @@ def expired_response(message: str) -> web.Response:
     return web.json_response(expired(message), status=410)
 
 
-def upstream_error_response(partition: str, exc: BaseException) -> web.Response:
-    """The Status for a partition the proxy could not talk to."""
-    if isinstance(exc, asyncio.TimeoutError):
-        return status_response(504, "Timeout", f"partition {partition} did not answer in time")
+def unavailable_response(upstream: Upstream, why: str) -> web.Response:
+    """503 ServiceUnavailable with an integer Retry-After (client-go retries such answers up
+    to 10 times, waiting that long: k8s.io/client-go/rest/with_retry.go)."""
     return status_response(
         503,
         "ServiceUnavailable",
-        f"partition {partition} is unavailable: {type(exc).__name__}",
-        headers={"Retry-After": "1"},
+        f"partition {upstream.name} is unavailable: {why}",
+        headers={"Retry-After": str(upstream.breaker.retry_after())},
     )
+
+
+def upstream_error_response(upstream: Upstream, exc: BaseException) -> web.Response:
+    """The Status for a partition the proxy could not talk to (it counts against the
+    partition's circuit breaker)."""
+    upstream.breaker.failure()
+    why = "no answer within its deadline" if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__
+    return unavailable_response(upstream, why)
 
 
 def translated_query(query_string: str, *, replace: dict[str, str | None]) -> str:
@@ -81,6 +89,8 @@ async def forward(
     """Forward one request to `route.partitions[0]` and stream the answer back."""
     partition = route.partitions[0]
     upstream = ctx.upstreams[partition]
+    if not upstream.breaker.allow():
+        return unavailable_response(upstream, "marked down after repeated failures")
     merged = bool(route.rv_space) and partition in route.rv_space
     slots = len(route.rv_space)
     slot = route.slot(partition) if merged else 0
@@ -130,7 +140,8 @@ async def forward(
             skip_auto_headers=("Content-Type",),
         )
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        return upstream_error_response(partition, exc)
+        return upstream_error_response(upstream, exc)
+    upstream.breaker.success()
 
     async with upstream_response:
         answer_type = upstream_response.headers.get("Content-Type", "")
@@ -151,17 +162,31 @@ async def forward(
                 headers=downstream_response_headers(upstream_response.headers, keep_length=not rewrite),
             )
             await response.prepare(request)
-            if rewrite:
-                async for line in iter_lines(upstream_response):
-                    await write_or_drop(request, response, rewrite_rvs(line, translate), timeout=write_timeout)
-            else:
-                async for chunk in upstream_response.content.iter_any():
-                    await write_or_drop(request, response, chunk, timeout=write_timeout)
+            with ctx.stream(upstream_response.close):  # a shutdown ends the stream cleanly
+                await _copy(request, response, upstream_response, rewrite, translate, write_timeout)
             await response.write_eof()
             return response
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             if response is None or not response.prepared:
-                return upstream_error_response(partition, exc)
-            # The partition went away mid-stream: end the stream; the client re-watches.
+                return upstream_error_response(upstream, exc)
+            # The partition went away mid-stream (or the proxy shuts down): end the stream;
+            # the client re-watches.
             await response.write_eof()
             return response
+
+
+async def _copy(
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream_response: aiohttp.ClientResponse,
+    rewrite: bool,
+    translate: Callable[[bytes], bytes | None],
+    write_timeout: float,
+) -> None:
+    """Copy a streaming answer: line by line with RVs rewritten, or chunks as they come."""
+    if rewrite:
+        async for line in iter_lines(upstream_response):
+            await write_or_drop(request, response, rewrite_rvs(line, translate), timeout=write_timeout)
+    else:
+        async for chunk in upstream_response.content.iter_any():
+            await write_or_drop(request, response, chunk, timeout=write_timeout)

@@ -6,6 +6,9 @@ partition_proxy_request_duration_seconds{verb, route}: time to the end of the an
   for watches, the life of the stream).
 partition_proxy_inflight_requests{kind}: requests being served now (`kind`: long-running or
   other), the concurrency signal an autoscaler can follow.
+partition_proxy_degraded_answers_total{partition, kind}: union answers with a partition down
+  (kind stale: its part from a watch cache; partial: left out).
+partition_proxy_rejected_requests_total{class, reason}: 429s from the in-flight limits.
 partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
 partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
 """
@@ -28,6 +31,8 @@ class Metrics:
     requests: Counter
     duration: Histogram
     inflight: Gauge
+    degraded: Counter
+    rejected: Counter
     cache_objects: Gauge
     cache_bytes: Gauge
     cache_watchers: Gauge
@@ -67,6 +72,18 @@ class Metrics:
                 "partition_proxy_inflight_requests",
                 "Requests being served now.",
                 ("kind",),
+                registry=registry,
+            ),
+            degraded=Counter(
+                "partition_proxy_degraded_answers",
+                "Union answers missing a partition: its part stale from a cache, or left out.",
+                ("partition", "kind"),
+                registry=registry,
+            ),
+            rejected=Counter(
+                "partition_proxy_rejected_requests",
+                "Requests refused with 429 because a class or identity was at its in-flight limit.",
+                ("class", "reason"),
                 registry=registry,
             ),
             cache_objects=Gauge("partition_proxy_watch_cache_objects", "Objects in a watch cache.", ("cache",), registry=registry),

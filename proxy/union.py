@@ -17,14 +17,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.context import ProxyContext
-from proxy.forward import expired_response, status_response, translated_query, upstream_error_response
+from proxy.forward import (
+    expired_response,
+    status_response,
+    translated_query,
+    unavailable_response,
+    upstream_error_response,
+)
 from proxy.headers import downstream_response_headers, json_accept, upstream_request_headers
 from proxy.identity import Identity
 from proxy.limits import write_or_drop
@@ -43,8 +51,9 @@ _DEFAULT_WATCH_SECONDS = (1800.0, 3600.0)
 # kubelet's node without letting one slow client buffer a partition's whole stream.
 _EVENT_QUEUE_DEPTH = 64
 # seconds; pause before reopening an upstream watch that ended normally, so a partition that
-# closes streams at once is not hammered.
+# closes streams at once is not hammered; doubled after each failure up to the second value.
 _REOPEN_PAUSE = 0.2
+_REOPEN_PAUSE_MAX = 5.0
 
 _TRUE = {"true", "1"}
 
@@ -76,10 +85,22 @@ def _start_vector(client_rv: str, route: Route, ctx: ProxyContext) -> tuple[int,
     return vector
 
 
+class PartitionDown(Exception):
+    """A partition of the union did not answer (or its circuit breaker is open)."""
+
+
 async def union_list(
-    request: web.Request, *, ctx: ProxyContext, info: RequestInfo, route: Route, identity: Identity
+    request: web.Request,
+    *,
+    ctx: ProxyContext,
+    info: RequestInfo,
+    route: Route,
+    identity: Identity,
+    fallback: Callable[[str], bytes | None] | None = None,
 ) -> web.StreamResponse:
-    """Answer a list (or deletecollection) from every partition of the route."""
+    """Answer a list (or deletecollection) from every partition of the route. A partition that
+    does not answer is left out with a Warning (policy `partial`; its share comes from
+    `fallback`, a watch cache, when that has it) or fails the list with 503 (`unavailable`)."""
     client_rv = request.query.get("resourceVersion", "")
     if request.query.get("continue"):
         return status_response(400, "BadRequest", "invalid continue token")
@@ -95,27 +116,50 @@ async def union_list(
 
     async def one(partition: str) -> tuple[str, int, Any, bytes]:
         upstream = ctx.upstreams[partition]
+        if not upstream.breaker.allow():
+            raise PartitionDown(partition)
         replace: dict[str, str | None] = {"limit": None, "continue": None}
         if vector is not None:
             replace["resourceVersion"] = str(vector[route.slot(partition)])
         query = translated_query(request.rel_url.raw_query_string, replace=replace)
-        async with upstream.session.request(
-            request.method,
-            upstream.url(info.upstream_path, query),
-            headers=ctx.upstream_headers(base_headers, upstream, identity),
-            data=body,
-            timeout=upstream.request_timeout,
-            skip_auto_headers=("Content-Type",),
-        ) as resp:
-            return partition, resp.status, resp.headers.copy(), await resp.read()
+        try:
+            async with upstream.session.request(
+                request.method,
+                upstream.url(info.upstream_path, query),
+                headers=ctx.upstream_headers(base_headers, upstream, identity),
+                data=body,
+                timeout=upstream.request_timeout,
+                skip_auto_headers=("Content-Type",),
+            ) as resp:
+                answer = partition, resp.status, resp.headers.copy(), await resp.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            upstream.breaker.failure()
+            raise PartitionDown(partition) from None
+        upstream.breaker.success()
+        return answer
 
     results = await asyncio.gather(*(one(p) for p in route.partitions), return_exceptions=True)
+    answers: list[tuple[str, int, Any, bytes]] = []
+    warnings: list[str] = []
     for partition, result in zip(route.partitions, results):
-        if isinstance(result, BaseException):
-            if not isinstance(result, (aiohttp.ClientError, asyncio.TimeoutError, OSError)):
-                raise result
-            return upstream_error_response(partition, result)
-    answers = [r for r in results if not isinstance(r, BaseException)]
+        if isinstance(result, PartitionDown):
+            upstream = ctx.upstreams[partition]
+            if ctx.config.failure.union_policy == "unavailable" or request.method != "GET":
+                return unavailable_response(upstream, "it does not answer")
+            share = fallback(partition) if fallback is not None else None
+            if share is not None:
+                answers.append((partition, 200, {}, share))
+                warnings.append(f'299 - "partition {partition} is unavailable: its part comes from the watch cache and may be stale"')
+                ctx.metrics.degraded.labels(partition, "stale").inc()
+            else:
+                warnings.append(f'299 - "partition {partition} is unavailable: the list is partial"')
+                ctx.metrics.degraded.labels(partition, "partial").inc()
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            answers.append(result)
+    if not answers:
+        return unavailable_response(ctx.upstreams[route.partitions[0]], "no partition of the union answers")
     for _, code, headers, raw in answers:
         if code >= 300:
             return web.Response(status=code, body=raw, headers=downstream_response_headers(headers, keep_length=False))
@@ -125,8 +169,11 @@ async def union_list(
         merged = merge_lists(parts, epoch=ctx.epoch, slots=len(route.rv_space), keep=_keep_fn(info, route, ctx))
     except ValueError as exc:
         return status_response(502, "InternalError", f"a partition answered a list that is not one: {exc}")
-    headers = downstream_response_headers(answers[0][2], keep_length=False)
+    headers = downstream_response_headers(answers[0][2], keep_length=False) if answers[0][2] else CIMultiDict()
     headers.pop("Content-Encoding", None)
+    headers["Content-Type"] = headers.get("Content-Type", "application/json")
+    for warning in warnings:
+        headers.add("Warning", warning)
     return web.Response(status=200, body=merged, headers=headers)
 
 
@@ -172,6 +219,8 @@ async def union_watch(
 
     async def open_watch(partition: str, *, first: bool) -> aiohttp.ClientResponse:
         upstream = ctx.upstreams[partition]
+        if not upstream.breaker.allow():
+            raise aiohttp.ClientConnectionError(f"partition {partition} is marked down")
         return await upstream.session.get(
             upstream.url(info.upstream_path, upstream_query(partition, first=first)),
             headers=ctx.upstream_headers(base_headers, upstream, identity),
@@ -186,7 +235,7 @@ async def union_watch(
         if isinstance(result, BaseException):
             if not isinstance(result, (aiohttp.ClientError, asyncio.TimeoutError, OSError)):
                 raise result
-            failure = upstream_error_response(partition, result)
+            failure = upstream_error_response(ctx.upstreams[partition], result)
         elif result.status != 200:
             body = await result.read()
             failure = web.Response(
@@ -202,22 +251,28 @@ async def union_watch(
     queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=_EVENT_QUEUE_DEPTH)
 
     async def pump(partition: str) -> None:
-        """Read one partition's watch, reopening it when it ends normally."""
+        """Read one partition's watch, reopening it from the last RV it reached when it ends
+        or breaks; while the partition is down the other partitions keep flowing."""
+        upstream = ctx.upstreams[partition]
         resp: aiohttp.ClientResponse | None = first_responses[partition]
+        pause = _REOPEN_PAUSE
         while True:
             try:
                 if resp is None:
-                    await asyncio.sleep(_REOPEN_PAUSE)
+                    await asyncio.sleep(pause * random.uniform(0.5, 1.5))
                     resp = await open_watch(partition, first=False)
                     if resp.status != 200:
                         raw = await resp.read()
                         await queue.put((partition, _status_event(resp.status, raw)))
                         return
+                    upstream.breaker.success()
+                    pause = _REOPEN_PAUSE
                 async with resp:
                     async for line in iter_lines(resp):
                         await queue.put((partition, line))
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                pass  # reopen from the last RV this partition reached
+                upstream.breaker.failure()
+                pause = min(pause * 2, _REOPEN_PAUSE_MAX)
             resp = None
 
     response = web.StreamResponse(status=200)
@@ -233,7 +288,16 @@ async def union_watch(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + lifetime
     tasks = [asyncio.create_task(pump(p), name=f"union-watch:{p}") for p in route.partitions]
+
+    def finish() -> None:  # shutdown: the marker ("", b"") ends the loop below
+        while queue.full():
+            queue.get_nowait()
+        queue.put_nowait(("", b""))
+
     try:
+        ctx.streams.add(finish)
+        if ctx.shutting_down:
+            finish()
         while not merge.finished:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -242,10 +306,13 @@ async def union_watch(
                 partition, line = await asyncio.wait_for(queue.get(), timeout=remaining)
             except asyncio.TimeoutError:
                 break
+            if not partition:
+                break
             out = merge.on_line(partition, line)
             if out:
                 await write_or_drop(request, response, b"".join(out), timeout=ctx.config.limits.watch_write_timeout_seconds)
     finally:
+        ctx.streams.discard(finish)
         for task in tasks:
             task.cancel()
         for task in tasks:

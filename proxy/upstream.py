@@ -18,7 +18,8 @@ from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import load_kube_config
 from yarl import URL
 
-from config.models import PartitionConfig, PartitionRole, UpstreamConfig
+from config.models import FailureConfig, PartitionConfig, PartitionRole, UpstreamConfig
+from proxy.health import CircuitBreaker
 
 
 @dataclass(slots=True)
@@ -32,6 +33,7 @@ class Upstream:
     auth_header: str | None
     request_timeout: aiohttp.ClientTimeout
     watch_timeout: aiohttp.ClientTimeout
+    breaker: CircuitBreaker
 
     def url(self, path: str, query_string: str = "") -> URL:
         """The upstream URL of a path and query exactly as given (already percent-encoded)."""
@@ -57,7 +59,7 @@ def _ssl_context(cfg: Configuration) -> ssl.SSLContext | bool:
     return ctx
 
 
-async def open_upstream(partition: PartitionConfig, timeouts: UpstreamConfig) -> Upstream:
+async def open_upstream(partition: PartitionConfig, timeouts: UpstreamConfig, failure: FailureConfig) -> Upstream:
     """Load a partition's kubeconfig and open its session. Raises OSError or ValueError (from
     the kubeconfig loader) when the kubeconfig is unusable."""
     cfg = await _load_kubeconfig(partition.kubeconfig)
@@ -86,4 +88,5 @@ async def open_upstream(partition: PartitionConfig, timeouts: UpstreamConfig) ->
             total=timeouts.request_timeout_seconds, sock_connect=timeouts.connect_timeout_seconds
         ),
         watch_timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_timeout_seconds),
+        breaker=CircuitBreaker(partition.name, failure.breaker_failures, failure.breaker_open_seconds),
     )

@@ -104,3 +104,12 @@ class CacheWatcher:
         while not self.queue.empty():
             self.queue.get_nowait()
         self.queue.put_nowait(watch_error_event(expired(message)))
+
+    def finish(self) -> None:
+        """End the watch cleanly (shutdown): drop what is queued, queue the end marker b""."""
+        if self.terminated:
+            return
+        self.terminated = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(b"")

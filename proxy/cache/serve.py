@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from aiohttp import web
 
@@ -57,8 +59,15 @@ def serve_list(cache: WatchCache, plan: CachePlan, slot: int | None) -> web.Resp
 
 
 async def serve_watch(
-    request: web.Request, cache: WatchCache, plan: CachePlan, slot: int | None, *, write_timeout: float
+    request: web.Request,
+    cache: WatchCache,
+    plan: CachePlan,
+    slot: int | None,
+    *,
+    write_timeout: float,
+    stream: Callable[[Callable[[], None]], AbstractContextManager[None]],
 ) -> web.StreamResponse:
+    """`stream(closer)` registers the watch so a shutdown can end it cleanly."""
     watcher = CacheWatcher(
         label_selector=plan.label_selector,
         field_selector=plan.field_selector,
@@ -90,6 +99,18 @@ async def serve_watch(
     response = web.StreamResponse(status=200)
     response.content_type = "application/json"
     response.enable_chunked_encoding()
+    with stream(watcher.finish):
+        return await _stream_watch(request, response, cache, watcher, initial, write_timeout)
+
+
+async def _stream_watch(
+    request: web.Request,
+    response: web.StreamResponse,
+    cache: WatchCache,
+    watcher: CacheWatcher,
+    initial: list[bytes],
+    write_timeout: float,
+) -> web.StreamResponse:
     try:
         await response.prepare(request)
         if initial:
@@ -112,7 +133,7 @@ async def serve_watch(
                 batch.append(watcher.queue.get_nowait())
             await write_or_drop(request, response, b"".join(batch), timeout=write_timeout)
             if watcher.terminated and watcher.queue.empty():
-                break
+                break  # after a 410 ERROR event, or the end marker b"" of a shutdown
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
     finally:

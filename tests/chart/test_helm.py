@@ -149,8 +149,10 @@ def test_deployment_runs_non_root_read_only_with_https_probes_and_a_long_enough_
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "https", "scheme": "HTTPS"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
     prestop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
-    proxy_shutdown_grace = 5  # seconds: shutdown_timeout of web.run_app in proxy/cli.py
-    assert "shutdown_timeout=5.0" in (REPO / "proxy" / "cli.py").read_text()
+    proxy_shutdown_grace = 5  # seconds: failure.shutdown_grace_seconds, the proxy's default
+    from config.models import FailureConfig
+
+    assert FailureConfig().shutdown_grace_seconds == proxy_shutdown_grace
     assert pod["terminationGracePeriodSeconds"] > prestop + proxy_shutdown_grace
     assert container["command"] == ["partition-proxy", "serve", "--config", "/etc/partition-proxy/config.yaml", "--log-level", "INFO"]
     # Anti-affinity on hosts and a zone spread keep replicas apart.

@@ -129,7 +129,7 @@ async def test_health_and_metrics(kube: Kube) -> None:
     ctx = ssl.create_default_context(cafile=str(kube.fed.ca_file))
     assert (await _get(kube.proxy.server + "/livez", ctx))[0] == 200
     code, _, body = await _get(kube.proxy.server + "/readyz", ctx)
-    assert code == 200 and b"partition-rp2 ok" in body
+    assert code == 200 and b"[+]watch-cache-nodes ok" in body and b"partition rp2: up" in body
     await _get(kube.proxy.server + "/api/v1/nodes", kube.client_ssl())
     code, _, body = await _get(kube.proxy.server + "/metrics", ctx)
     text = body.decode()

@@ -54,7 +54,7 @@ app.kubernetes.io/component: proxy
 {{- end }}
 
 {{/*
-seconds; the proxy's own shutdown grace: `shutdown_timeout=5.0` of web.run_app in proxy/cli.py
+seconds; the proxy's own shutdown grace: the default of failure.shutdown_grace_seconds (config/models.py)
 (in-flight requests finish, then watches are closed). Not a flag of the proxy: change it here
 if cli.py changes. terminationGracePeriodSeconds must exceed preStopSleepSeconds + this.
 */}}
