@@ -125,9 +125,22 @@ class ListenConfig(_Model):
 
 
 class PartitionConfig(_Model):
+    """A partition: its kubeconfig (the proxy's own credential and the first endpoint) and
+    `extra_servers`, more endpoints of the same partition (HA kube-apiservers behind the same
+    CA and credential), tried in turn when one cannot be reached."""
+
     name: str
     role: PartitionRole
     kubeconfig: Path
+    extra_servers: tuple[str, ...] = ()
+
+    @field_validator("extra_servers")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            if not re.match(r"^https?://[^/\s]+", url):
+                raise ValueError(f"not an http(s) URL: {url!r}")
+        return value
 
     @field_validator("name")
     @classmethod

@@ -127,20 +127,31 @@ async def forward(
 
     is_watch = info.verb == "watch" or (info.subresource == "log" and request.query.get("follow") == "true")
     timeout = upstream.watch_timeout if is_watch else upstream.request_timeout
-    try:
-        upstream_response = await upstream.session.request(
-            request.method,
-            upstream.url(info.upstream_path, query_string),
-            headers=headers,
-            data=data,
-            timeout=timeout,
-            allow_redirects=False,
-            # A body the client sent without Content-Type goes on without one (aiohttp would
-            # add application/octet-stream, which kube-apiserver refuses with 415).
-            skip_auto_headers=("Content-Type",),
-        )
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        return upstream_error_response(upstream, exc)
+    attempts = len(upstream.endpoints)
+    while True:
+        try:
+            upstream_response = await upstream.session.request(
+                request.method,
+                upstream.url(info.upstream_path, query_string),
+                headers=headers,
+                data=data,
+                timeout=timeout,
+                allow_redirects=False,
+                # A body the client sent without Content-Type goes on without one (aiohttp would
+                # add application/octet-stream, which kube-apiserver refuses with 415).
+                skip_auto_headers=("Content-Type",),
+            )
+            break
+        except aiohttp.ClientConnectorError as exc:
+            # Nothing was sent: the next endpoint of the partition may take the request, even
+            # a mutating one. A streamed body cannot be replayed, so only bytes are retried.
+            upstream.rotate()
+            attempts -= 1
+            if attempts <= 0 or not (data is None or isinstance(data, bytes)):
+                return upstream_error_response(upstream, exc)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            upstream.rotate()
+            return upstream_error_response(upstream, exc)
     upstream.breaker.success()
 
     async with upstream_response:

@@ -134,6 +134,7 @@ async def union_list(
                 answer = partition, resp.status, resp.headers.copy(), await resp.read()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             upstream.breaker.failure()
+            upstream.rotate()
             raise PartitionDown(partition) from None
         upstream.breaker.success()
         return answer
@@ -272,6 +273,7 @@ async def union_watch(
                         await queue.put((partition, line))
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
                 upstream.breaker.failure()
+                upstream.rotate()
                 pause = min(pause * 2, _REOPEN_PAUSE_MAX)
             resp = None
 

@@ -24,16 +24,26 @@ from proxy.health import CircuitBreaker
 
 @dataclass(slots=True)
 class Upstream:
-    """A partition's endpoint and the session that reaches it."""
+    """A partition's endpoints and the session that reaches them. Requests go to the current
+    endpoint; `rotate()` moves to the next one when it cannot be reached (HA apiservers)."""
 
     name: str
     role: PartitionRole
-    base_url: URL
+    endpoints: tuple[URL, ...]
     session: aiohttp.ClientSession
     auth_header: str | None
     request_timeout: aiohttp.ClientTimeout
     watch_timeout: aiohttp.ClientTimeout
     breaker: CircuitBreaker
+    current: int = 0
+
+    @property
+    def base_url(self) -> URL:
+        return self.endpoints[self.current]
+
+    def rotate(self) -> None:
+        """Use the next endpoint from now on (plain def: atomic)."""
+        self.current = (self.current + 1) % len(self.endpoints)
 
     def url(self, path: str, query_string: str = "") -> URL:
         """The upstream URL of a path and query exactly as given (already percent-encoded)."""
@@ -81,7 +91,7 @@ async def open_upstream(partition: PartitionConfig, timeouts: UpstreamConfig, fa
     return Upstream(
         name=partition.name,
         role=partition.role,
-        base_url=URL(cfg.host),
+        endpoints=(URL(cfg.host), *(URL(u) for u in partition.extra_servers)),
         session=session,
         auth_header=auth,
         request_timeout=aiohttp.ClientTimeout(

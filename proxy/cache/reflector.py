@@ -138,6 +138,8 @@ class Reflector:
                 log.info("%s/%s: resourceVersion expired, relisting", self.cache.spec.name, self.partition)
                 listed = False
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError) as exc:
+                if isinstance(exc, (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError)):
+                    self.upstream.rotate()  # another endpoint of the partition, if it has one
                 log.warning("%s/%s: %s; retrying in %.1f s", self.cache.spec.name, self.partition, exc, backoff)
                 await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
                 backoff = min(backoff * 2, BACKOFF[1])

@@ -41,6 +41,8 @@ class Env:
     kube: Kube
     links: dict[str, Any]
     replica_b: ProxyProcess
+    toxi: ToxiproxyServer | None = None
+    kubeconfigs: dict[str, Path] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         proxies.append(ProxyProcess(fed, root / "proxy-a", kubeconfigs=kubeconfigs, extra=extra).start())
         proxies.append(ProxyProcess(fed, root / "proxy-b", kubeconfigs=kubeconfigs, extra=extra).start())
         admin = fed.issue_client_kubeconfig("admin", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxies[0].server)
-        yield Env(Kube(fed=fed, proxy=proxies[0], kubectl_path=find_kubectl(), admin=admin), links, proxies[1])
+        kube = Kube(fed=fed, proxy=proxies[0], kubectl_path=find_kubectl(), admin=admin)
+        yield Env(kube, links, proxies[1], toxi, kubeconfigs)
     finally:
         for p in proxies:
             p.stop()
@@ -366,3 +369,38 @@ async def test_sigterm_ends_open_watches_cleanly_and_lets_in_flight_writes_finis
     assert ended_cleanly and ended_after < 3.0, (ended_after, rest[-200:])
     assert replica.popen.wait(15) == 0
     RESULTS.append({"fault": "SIGTERM with an open watch", "watch_ended_cleanly_after_seconds": round(ended_after, 2)})
+
+
+async def test_requests_fail_over_between_endpoints_of_a_partition(env: Env, tmp_path: Path) -> None:
+    """Two endpoints for tp1 (two toxiproxy paths to its kube-apiserver, standing in for HA
+    apiservers behind one CA): with the first cut, tp1's requests and the union watch go on
+    through the second."""
+    fed = env.kube.fed
+    assert env.toxi is not None
+    spare = env.toxi.client.create(upstream=f"127.0.0.1:{fed.partition('tp1').port}", name="tp1-spare", listen="127.0.0.1:0")
+    spare_url = f"https://{spare.listen}"
+    partitions = [
+        {"name": p.name, "role": p.role, "kubeconfig": str(env.kubeconfigs[p.name])}
+        | ({"extra_servers": [spare_url]} if p.name == "tp1" else {})
+        for p in fed.partitions
+    ]
+    replica = ProxyProcess(fed, tmp_path / "ha", extra={"partitions": partitions}).start()
+    try:
+        ctx = env.kube.client_ssl()
+        env.links["tp1"].disable()
+        async with aiohttp.ClientSession() as s:
+            for _ in range(3):
+                async with s.get(f"{replica.server}/api/v1/namespaces/default/configmaps", ssl=ctx) as r:
+                    assert r.status == 200, await r.text()
+            async with s.post(
+                f"{replica.server}/api/v1/namespaces/default/configmaps",
+                json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"ha-{int(time.time())}"}},
+                ssl=ctx,
+            ) as r:
+                assert r.status == 201, await r.text()
+            async with s.get(f"{replica.server}/api/v1/pods", ssl=ctx) as r:
+                assert r.status == 200 and "Warning" not in r.headers, r.headers
+    finally:
+        env.links["tp1"].enable()
+        replica.stop()
+        spare.destroy()
