@@ -13,6 +13,7 @@ The reflector talks to its partition with the proxy's own credential, not a clie
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import random
 from urllib.parse import urlencode
@@ -34,6 +35,20 @@ WATCH_TIMEOUT = (300, 600)
 INACTIVITY_TIMEOUT = 90.0
 # seconds; backoff after a failure: doubles from the first value up to the second, +-50 % jitter.
 BACKOFF = (0.5, 30.0)
+
+
+# objects per LIST page: client-go's pager default (tools/pager), which kube-apiserver serves
+# from its watch cache in one snapshot.
+LIST_PAGE = 500
+
+
+def release_freed_memory() -> None:
+    """Give memory freed after a LIST back to the OS (glibc keeps freed arenas otherwise), so
+    the proxy's RSS follows the objects it keeps rather than the peak of decoding them."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to do
 
 
 class RelistNeeded(Exception):
@@ -72,20 +87,34 @@ class Reflector:
         return headers
 
     async def list(self) -> None:
-        """LIST and replace this partition's share of the cache. Raises aiohttp.ClientError."""
-        url = self.upstream.url(_path(self.cache), urlencode(_selectors(self.cache)))
-        async with self.upstream.session.get(url, headers=self._headers(), timeout=self.upstream.request_timeout) as resp:
-            if resp.status != 200:
-                raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status, message=(await resp.text())[:200])
-            doc = orjson.loads(await resp.read())
-        self.cache.replace(
-            self.partition,
-            doc.get("items") or (),
-            int(doc["metadata"]["resourceVersion"]),
-            kind=doc.get("kind", ""),
-            api_version=doc.get("apiVersion", ""),
-        )
+        """LIST page by page (limit=500, as client-go's pager) into the cache, so a partition's
+        objects are never all decoded at once. Raises aiohttp.ClientError; a 410 on a later
+        page (snapshot compacted away) restarts the LIST."""
+        started = False
+        token = ""
+        list_rv = 0
+        while True:
+            query = {**_selectors(self.cache), "limit": str(LIST_PAGE)}
+            if token:
+                query["continue"] = token
+            url = self.upstream.url(_path(self.cache), urlencode(query))
+            async with self.upstream.session.get(url, headers=self._headers(), timeout=self.upstream.request_timeout) as resp:
+                if resp.status != 200:
+                    raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status, message=(await resp.text())[:200])
+                doc = orjson.loads(await resp.read())
+            meta = doc.get("metadata") or {}
+            if not started:
+                self.cache.begin_list(self.partition, kind=doc.get("kind", ""), api_version=doc.get("apiVersion", ""))
+                list_rv = int(meta["resourceVersion"])
+                started = True
+            self.cache.list_page(self.partition, doc.get("items") or ())
+            del doc
+            token = meta.get("continue", "")
+            if not token:
+                break
+        self.cache.end_list(self.partition, list_rv)
         self.relists += 1
+        release_freed_memory()
 
     async def watch(self) -> None:
         """WATCH from the cache's RV for this partition until the stream ends. Raises

@@ -19,6 +19,7 @@ field for their partition, in ring order (so stamps strictly increase).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -80,6 +81,15 @@ class Watcher:
 
 
 @dataclass(slots=True)
+class _Listing:
+    """A LIST in progress for one partition."""
+
+    first_sync: bool
+    seen: set[Key] = field(default_factory=set)
+    changed: list[tuple[int, Key, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class WatchCacheStats:
     relists: list[int]
     events: int = 0
@@ -111,6 +121,7 @@ class WatchCache:
     bytes_total: int = 0
     stats: WatchCacheStats = field(default_factory=lambda: WatchCacheStats(relists=[]))
     _sorted_keys: list[Key] | None = None
+    _listing: dict[str, _Listing] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.space)
@@ -162,13 +173,17 @@ class WatchCache:
         meta = obj["metadata"]
         meta["resourceVersion"] = stamp
         labels = meta.get("labels") or {}
+        # Label keys and values repeat across objects (os, arch, zone, instance type): interned,
+        # each string is held once however many objects carry it.
+        labels = {sys.intern(k): sys.intern(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+        fields = {sys.intern(k): sys.intern(v) for k, v in selectable_fields(self.spec.group, self.spec.resource, obj).items()}
         return CachedObject(
             slot=slot,
-            namespace=meta.get("namespace", ""),
+            namespace=sys.intern(meta.get("namespace", "")),
             name=meta.get("name", ""),
             native_rv=native,
-            labels=labels if isinstance(labels, dict) else {},
-            fields=selectable_fields(self.spec.group, self.spec.resource, obj),
+            labels=labels,
+            fields=fields,
             raw=orjson.dumps(obj),
         )
 
@@ -269,45 +284,61 @@ class WatchCache:
         return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
 
     def replace(self, partition: str, items: Iterable[dict[str, Any]], list_rv: int, *, kind: str, api_version: str) -> None:
-        """A LIST of `partition` at native RV `list_rv` (initial sync or relist after 410).
+        """A whole LIST of `partition` at native RV `list_rv`: `begin_list`, one page, `end_list`."""
+        self.begin_list(partition, kind=kind, api_version=api_version)
+        self.list_page(partition, items)
+        self.end_list(partition, list_rv)
 
-        The difference to what the cache holds for the partition becomes synthetic events
-        (ADDED/MODIFIED in native RV order, then DELETED at `list_rv`), so cache watchers never
-        relist because of an upstream hiccup.
-        """
-        slot = self.space.index(partition)
+    def begin_list(self, partition: str, *, kind: str, api_version: str) -> None:
+        """Start a LIST of `partition` (initial sync, or relist after 410), read page by page
+        so the partition's objects are never all decoded at once."""
         self.kind, self.api_version = kind or self.kind, api_version or self.api_version
-        first_sync = partition not in self.synced
-        if not first_sync:
-            self.stats.relists[slot] += 1
-        fresh: dict[Key, tuple[int, dict[str, Any]]] = {}
+        self._listing[partition] = _Listing(first_sync=partition not in self.synced)
+
+    def list_page(self, partition: str, items: Iterable[dict[str, Any]]) -> None:
+        """One page of the LIST. On the initial sync objects are stored at once (there are no
+        watchers of this partition's past to tell); on a relist only changed objects are kept
+        until `end_list` turns them into events."""
+        listing = self._listing[partition]
+        slot = self.space.index(partition)
         for obj in items:
             if self.keep is not None and not self.keep(partition, obj):
                 continue
             meta = obj.get("metadata") or {}
-            fresh[(slot, meta.get("namespace", ""), meta.get("name", ""))] = (int(meta.get("resourceVersion") or 0), obj)
-        for key, (native, obj) in sorted(fresh.items(), key=lambda kv: kv[1][0]):
+            key = (slot, meta.get("namespace", ""), meta.get("name", ""))
+            native = int(meta.get("resourceVersion") or 0)
+            listing.seen.add(key)
             old = self.objects.get(key)
             if old is not None and old.native_rv == native:
                 continue
-            if first_sync:
-                # Initial state: no events to replay, the floor starts at the list RV.
-                self.vector[slot] = max(self.vector[slot], native)
-                stamp = rvcodec.encode(self.epoch, rvcodec.with_slot(self.vector, slot, native))
-                record = self._record(slot, obj, native, stamp)
-                if self._matches_cache(record):
-                    self.objects[key] = record
-                    self.bytes_total += len(record.raw)
-                    if self.on_node is not None:
-                        self.on_node(record.name, partition)
+            if not listing.first_sync:
+                listing.changed.append((native, key, obj))
                 continue
-            self._emit("MODIFIED" if old is not None else "ADDED", slot, native, obj, old)
-        gone = [k for k in self.objects if k[0] == slot and k not in fresh]
-        for key in gone:
-            self._emit("DELETED", slot, list_rv, None, self.objects[key])
+            self.vector[slot] = max(self.vector[slot], native)
+            stamp = rvcodec.encode(self.epoch, rvcodec.with_slot(self.vector, slot, native))
+            record = self._record(slot, obj, native, stamp)
+            if self._matches_cache(record):
+                self.objects[key] = record
+                self.bytes_total += len(record.raw)
+                self._sorted_keys = None
+                if self.on_node is not None:
+                    self.on_node(record.name, partition)
+
+    def end_list(self, partition: str, list_rv: int) -> None:
+        """Finish the LIST at its snapshot RV. On a relist, the difference to what the cache
+        held becomes synthetic events (ADDED/MODIFIED in native RV order, then DELETED at
+        `list_rv`), so cache watchers never relist because of an upstream hiccup."""
+        listing = self._listing.pop(partition)
+        slot = self.space.index(partition)
+        if not listing.first_sync:
+            self.stats.relists[slot] += 1
+            for native, key, obj in sorted(listing.changed, key=lambda c: c[0]):
+                self._emit("MODIFIED", slot, native, obj, self.objects.get(key))
+            for key in [k for k in self.objects if k[0] == slot and k not in listing.seen]:
+                self._emit("DELETED", slot, list_rv, None, self.objects[key])
         self._sorted_keys = None
         self.vector[slot] = max(self.vector[slot], list_rv)
-        if first_sync:
+        if listing.first_sync:
             self.floor[slot] = list_rv
             self.synced.add(partition)
 
