@@ -139,13 +139,19 @@ class ProxyProcess:
     def stop(self) -> None:
         """SIGTERM, up to 10 s, then SIGKILL. Idempotent."""
         proc, self.popen = self.popen, None
-        if proc is None or proc.poll() is not None:
-            return
+        stop_process_group(proc)
+
+
+def stop_process_group(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """SIGTERM the process group of a process started with start_new_session, wait up to
+    `timeout` seconds, then SIGKILL it."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -10,9 +10,6 @@ reach the partition.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -23,6 +20,7 @@ from toxiproxy.proxy import Proxy
 
 from hack.federation import DEFAULT_BIN_DIR, Federation, FederationError, _free_ports, _tail
 from hack.pki import write_kubeconfig
+from hack.proxy_process import stop_process_group
 
 
 class ToxiproxyServer:
@@ -77,13 +75,4 @@ class ToxiproxyServer:
 
     def stop(self) -> None:
         proc, self.popen = self.popen, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc)

@@ -37,7 +37,7 @@ from proxy.overload import InflightLimiter, Overloaded, request_class
 from proxy.metrics import Metrics
 from proxy.union import union_list, union_watch
 from proxy.upstream import open_upstream
-from routing.cache_policy import CacheMode, CacheSpec, plan, selected_name
+from routing.cache_policy import CacheMode, plan, selected_name
 from routing.decide import Route, RouteKind, RoutingState, decide, owner_of_namespaced
 from routing.requestinfo import RequestInfo
 from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -59,14 +59,7 @@ def try_cache(request: web.Request, ctx: ProxyContext, info: RequestInfo, route:
     for cache in ctx.caches:
         if route.rv_space != cache.space or not set(route.partitions) <= set(cache.space):
             continue
-        spec = CacheSpec(
-            group=cache.spec.group,
-            resource=cache.spec.resource,
-            namespace=cache.spec.namespace,
-            label_selector=cache.label_selector,
-            field_selector=cache.field_selector,
-            slots=len(cache.space),
-        )
+        spec = cache.policy_spec()
         found = plan(info, request.query, request.headers.get("Accept", ""), spec, epoch=ctx.epoch)
         if found is not None and can_serve(cache, found):
             return cache, found
@@ -261,14 +254,7 @@ def cache_share(request: web.Request, ctx: ProxyContext, info: RequestInfo, rout
     for cache in ctx.caches:
         if route.rv_space != cache.space:
             continue
-        spec = CacheSpec(
-            group=cache.spec.group,
-            resource=cache.spec.resource,
-            namespace=cache.spec.namespace,
-            label_selector=cache.label_selector,
-            field_selector=cache.field_selector,
-            slots=len(cache.space),
-        )
+        spec = cache.policy_spec()
         found = plan(info, query, request.headers.get("Accept", ""), spec, epoch=ctx.epoch)
         if found is None:
             continue

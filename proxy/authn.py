@@ -13,19 +13,16 @@ partitions, and no client of the proxy may obtain that through the proxy.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import logging
 
-import aiohttp
-import orjson
 from aiohttp import web
 from cachetools import TTLCache
 
 from config.models import AuthConfig
 from proxy.identity import Identity, identity_from_peercert
-from proxy.upstream import Upstream
+from proxy.upstream import ReviewError, Upstream, post_review
 
 log = logging.getLogger("partition_proxy.authn")
 
@@ -84,26 +81,15 @@ class Authenticator:
         return identity
 
     async def _review(self, token: str) -> tuple[Identity | None, bool]:
-        """POST a TokenReview to the configured partition (authentication.k8s.io/v1)."""
+        """Ask the configured partition with a TokenReview (authentication.k8s.io/v1).
+        Returns (identity or None, whether the answer is definite enough to cache)."""
         upstream = self.token_review
         assert upstream is not None
-        body = orjson.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if upstream.auth_header:
-            headers["Authorization"] = upstream.auth_header
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         try:
-            async with upstream.session.post(
-                upstream.url("/apis/authentication.k8s.io/v1/tokenreviews"),
-                data=body,
-                headers=headers,
-                timeout=upstream.request_timeout,
-            ) as resp:
-                if resp.status not in (200, 201):
-                    log.warning("TokenReview on %s answered %d", upstream.name, resp.status)
-                    return None, False
-                status = orjson.loads(await resp.read()).get("status") or {}
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
-            log.warning("TokenReview on %s failed: %s", upstream.name, type(exc).__name__)
+            status = await post_review(upstream, "/apis/authentication.k8s.io/v1/tokenreviews", review)
+        except ReviewError as exc:
+            log.warning("%s", exc)
             return None, False
         if not status.get("authenticated"):
             return None, True

@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 from cachetools import TTLCache
 from multidict import CIMultiDictProxy
@@ -31,7 +30,7 @@ from multidict import CIMultiDictProxy
 from config.models import AuthConfig
 from proxy.authn import MASTERS
 from proxy.identity import Identity
-from proxy.upstream import Upstream
+from proxy.upstream import ReviewError, Upstream, post_review
 
 log = logging.getLogger("partition_proxy.authz")
 
@@ -70,26 +69,14 @@ class Authorizer:
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        upstream = self.upstreams[partition]
         spec: dict[str, Any] = {"user": identity.user, "groups": list(identity.groups), "resourceAttributes": attributes}
         if identity.uid:
             spec["uid"] = identity.uid
-        body = orjson.dumps({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if upstream.auth_header:
-            headers["Authorization"] = upstream.auth_header
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         try:
-            async with upstream.session.post(
-                upstream.url("/apis/authorization.k8s.io/v1/subjectaccessreviews"),
-                data=body,
-                headers=headers,
-                timeout=upstream.request_timeout,
-            ) as resp:
-                if resp.status not in (200, 201):
-                    return Decision(False, f"authorization check on {partition} answered {resp.status}")
-                status = orjson.loads(await resp.read()).get("status") or {}
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
-            return Decision(False, f"authorization check on {partition} failed: {type(exc).__name__}")
+            status = await post_review(self.upstreams[partition], "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        except ReviewError as exc:
+            return Decision(False, str(exc))  # not cached: the next request asks again
         decision = Decision(bool(status.get("allowed")) and not status.get("denied"), status.get("reason", ""))
         self.cache[key] = decision
         return decision

@@ -9,11 +9,14 @@ by the partition or the client.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import orjson
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import load_kube_config
 from yarl import URL
@@ -49,6 +52,28 @@ class Upstream:
         """The upstream URL of a path and query exactly as given (already percent-encoded)."""
         text = str(self.base_url).rstrip("/") + path
         return URL(text + "?" + query_string if query_string else text, encoded=True)
+
+
+class ReviewError(Exception):
+    """A review request (TokenReview, SubjectAccessReview) got no usable answer."""
+
+
+async def post_review(upstream: Upstream, path: str, review: dict[str, Any]) -> dict[str, Any]:
+    """POST a review object with the proxy's own credential; return its `status`. Raises
+    ReviewError (with a one-line reason) when the partition cannot be asked or refuses."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if upstream.auth_header:
+        headers["Authorization"] = upstream.auth_header
+    try:
+        async with upstream.session.post(
+            upstream.url(path), data=orjson.dumps(review), headers=headers, timeout=upstream.request_timeout
+        ) as resp:
+            if resp.status not in (200, 201):
+                raise ReviewError(f"{review['kind']} on {upstream.name} answered {resp.status}")
+            status = orjson.loads(await resp.read()).get("status") or {}
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+        raise ReviewError(f"{review['kind']} on {upstream.name} failed: {type(exc).__name__}") from None
+    return status if isinstance(status, dict) else {}
 
 
 async def _load_kubeconfig(path: Path) -> Configuration:

@@ -30,6 +30,7 @@ import orjson
 
 from config.models import CacheConfig
 from routing import rv as rvcodec
+from routing.cache_policy import CacheSpec
 from routing.rvrewrite import set_all_rvs
 from routing.selectors import FieldSelector, LabelSelector, selectable_fields
 
@@ -144,6 +145,17 @@ class WatchCache:
     @property
     def watcher_count(self) -> int:
         return len(self.watchers_any) + sum(len(w) for w in self.watchers_by_name.values())
+
+    def policy_spec(self) -> CacheSpec:
+        """What routing.cache_policy needs to know of this cache."""
+        return CacheSpec(
+            group=self.spec.group,
+            resource=self.spec.resource,
+            namespace=self.spec.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            slots=len(self.space),
+        )
 
     def item_kind(self) -> str:
         return self.kind.removesuffix("List") if self.kind else ""
