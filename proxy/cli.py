@@ -35,10 +35,10 @@ from proxy.kubeconfig_cmd import (
 
 # bytes; the read buffer asyncio allocates for EVERY TLS connection (asyncio.sslproto.
 # SSLProtocol.max_size, 256 KiB in CPython 3.11). Idle watch connections dominate a proxy's
-# connections, and a TLS record carries at most 16 KiB, so 32 KiB reads lose nothing while
-# each connection holds 224 KiB less (bench/watch_fanout.py measured 315 KiB per idle watcher
+# connections, and a TLS record carries at most 16 KiB, so 16 KiB reads lose nothing while
+# each connection holds 240 KiB less (bench/watch_fanout.py measured 315 KiB per idle watcher
 # before).
-SSL_READ_BUFFER = 32 * 1024
+SSL_READ_BUFFER = 16 * 1024
 
 
 def shrink_ssl_read_buffers() -> None:
