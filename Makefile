@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test unit venv components lint clean
+.PHONY: run test unit venv components lint clean bench
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -35,3 +35,11 @@ test: venv components lint
 
 clean:
 	rm -rf $(VENV) .local
+
+# Benchmarks against a peer kube-apiserver in the same run (bench/README.md): minutes each,
+# the whole machine; results in .local/bench/*.json, tables from bench.report.
+bench: venv components
+	$(VENV)/bin/python -m bench.list_nodes
+	$(VENV)/bin/python -m bench.watch_fanout
+	$(VENV)/bin/python -m bench.cache_memory
+	$(VENV)/bin/python -m bench.report

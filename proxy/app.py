@@ -72,7 +72,7 @@ async def serve_from_cache(
     # A partition path prefix limits the answer to that partition's share of the cache.
     slot = cache.space.index(route.partitions[0]) if info.partition and route.kind is RouteKind.FORWARD else None
     if found.mode is CacheMode.LIST:
-        return serve_list(cache, found, slot)
+        return await serve_list(request, cache, found, slot, write_timeout=ctx.config.limits.watch_write_timeout_seconds)
     if found.mode is CacheMode.GET:
         return serve_get(cache, found, slot)
     return await serve_watch(

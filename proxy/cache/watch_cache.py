@@ -22,7 +22,7 @@ import dataclasses
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -378,8 +378,18 @@ class WatchCache:
 
     def list_bytes(self, objects: list[CachedObject]) -> bytes:
         """A `<Kind>List` joining stored bytes; its RV is the cache's vector."""
+        return b"".join(self.list_chunks(objects, batch=len(objects) or 1))
+
+    def list_chunks(self, objects: list[CachedObject], *, batch: int) -> Iterator[bytes]:
+        """The same list as `list_bytes`, in pieces of `batch` objects, so a large list is
+        written without ever being one buffer (8 concurrent 20,000-node lists held 1.2 GiB
+        as whole bodies: bench/list_nodes.py)."""
         head = orjson.dumps({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": self.rv}})
-        return head[:-1] + b',"items":[' + b",".join(o.raw for o in objects) + b"]}"
+        yield head[:-1] + b',"items":['
+        for start in range(0, len(objects), batch):
+            piece = b",".join(o.raw for o in objects[start : start + batch])
+            yield piece if start == 0 else b"," + piece
+        yield b"]}"
 
     def resumable(self, vector: tuple[int, ...]) -> bool:
         """Whether the ring holds every event after `vector` (see the module docstring)."""

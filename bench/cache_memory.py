@@ -1,0 +1,175 @@
+"""Memory per cached object: the proxy's watch cache of nodes vs the peer kube-apiserver.
+
+Two proxies in front of tp1/rp1/rp2, both started before any node exists:
+- "all": a nodes cache without selector;
+- "selected": a nodes cache with `label_selector: bench-keep=yes`, carried by 1 node in 10.
+Then N nodes (default 20,000 hollow) are created: N/2 on rp1, N/2 on rp2, all N on the peer rp3.
+
+Reported, after the caches hold their objects and ~3 s of settling:
+- per proxy: RSS growth (after - before), growth / cached objects, growth / cached compact JSON
+  bytes (`bytes` of /debug/caches), and VmHWM (peak RSS);
+- the peer's kube-apiserver (rp3): RSS growth for the same N nodes, per object, and its Go heap
+  in use (`go_memstats_heap_inuse_bytes` of its /metrics) before/after;
+- a third proxy ("all, started after"), started once the nodes exist, so its cache fills from
+  one LIST per partition instead of watch events: its RSS and peak, growth vs the baseline of
+  the "all" proxy before nodes existed.
+
+Run: `python -m bench.cache_memory [--nodes 20000] [--kind hollow|real]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+
+from bench.common import (
+    BUILDERS,
+    PEER,
+    Setup,
+    close_sessions,
+    emit,
+    host_info,
+    hwm_bytes,
+    install_sigterm,
+    log,
+    mib,
+    nodes_cache,
+    ratio,
+    rss_bytes,
+)
+
+NAME = "cache_memory"
+SELECTOR = "bench-keep=yes"
+
+
+def keeps(name: str, every: int) -> bool:
+    """Whether node `name` (…-<index>) carries bench-keep=yes: one in `every`."""
+    return int(name.rsplit("-", 1)[1]) % every == 0
+
+
+async def heap_inuse(session: aiohttp.ClientSession, server: str) -> int | None:
+    """go_memstats_heap_inuse_bytes of a kube-apiserver (None if not exposed)."""
+    async with session.get(f"{server}/metrics") as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith("go_memstats_heap_inuse_bytes "):
+            return int(float(line.split()[1]))
+    return None
+
+
+async def measure(setup: Setup, args: argparse.Namespace) -> dict[str, Any]:
+    every = args.selected_every
+    base = BUILDERS[args.kind]
+
+    def builder(name: str) -> dict[str, Any]:
+        return base(name, {"bench-keep": "yes"} if keeps(name, every) else None)
+
+    sessions = setup.sessions()
+    try:
+        proxies = {"all": setup.proxies[0], "selected": setup.proxies[1]}
+        pids = {k: setup.pid(p) for k, p in proxies.items()}
+        peer_pid = setup.apiserver_pid(PEER)
+        for p in proxies.values():
+            await setup.wait_cached(sessions["proxy"], 0, proxy=p)
+        await asyncio.sleep(args.settle)
+        before = {k: rss_bytes(pid) for k, pid in pids.items()}
+        peer_before, heap_before = rss_bytes(peer_pid), await heap_inuse(sessions[PEER], setup.server(PEER))
+        log(f"before: proxies {({k: mib(v) for k, v in before.items()})} MiB, {PEER} {mib(peer_before)} MiB")
+
+        took = await setup.populate(sessions, args.kind, 0, args.nodes, builder=builder)
+        selected = sum(1 for i in range(args.nodes) if i % every == 0)
+        caches = {
+            "all": await setup.wait_cached(sessions["proxy"], args.nodes, proxy=proxies["all"]),
+            "selected": await setup.wait_cached(sessions["proxy"], selected, proxy=proxies["selected"]),
+        }
+        await asyncio.sleep(args.settle)
+        after = {k: rss_bytes(pid) for k, pid in pids.items()}
+        peer_after, heap_after = rss_bytes(peer_pid), await heap_inuse(sessions[PEER], setup.server(PEER))
+        log(f"after: proxies {({k: mib(v) for k, v in after.items()})} MiB, {PEER} {mib(peer_after)} MiB")
+
+        out: dict[str, Any] = {"nodes": args.nodes, "node_kind": args.kind, "create_seconds": round(took, 1)}
+        for k in proxies:
+            growth = after[k] - before[k]
+            objects, cache_bytes = caches[k]["objects"], caches[k]["bytes"]
+            out[f"proxy_{k}"] = {
+                "label_selector": caches[k]["labelSelector"],
+                "objects": objects,
+                "cache_bytes": cache_bytes,
+                "cache_bytes_per_object": round(cache_bytes / max(objects, 1)),
+                "rss_before_mib": mib(before[k]),
+                "rss_after_mib": mib(after[k]),
+                "rss_growth_mib": mib(growth),
+                "rss_growth_per_object_bytes": round(growth / max(objects, 1)),
+                "rss_growth_per_cache_byte": round(growth / max(cache_bytes, 1), 3),
+                "rss_peak_hwm_mib": mib(hwm_bytes(pids[k])),
+            }
+        peer_growth = peer_after - peer_before
+        out["direct_apiserver"] = {
+            "partition": PEER,
+            "objects": args.nodes,
+            "rss_before_mib": mib(peer_before),
+            "rss_after_mib": mib(peer_after),
+            "rss_growth_mib": mib(peer_growth),
+            "rss_growth_per_object_bytes": round(peer_growth / args.nodes),
+            "go_heap_inuse_before_mib": mib(heap_before) if heap_before is not None else None,
+            "go_heap_inuse_after_mib": mib(heap_after) if heap_after is not None else None,
+            "go_heap_inuse_growth_per_object_bytes": round((heap_after - heap_before) / args.nodes)
+            if heap_before is not None and heap_after is not None
+            else None,
+        }
+        out["ratio_rss_growth_per_object_proxy_all_over_direct"] = ratio(
+            out["proxy_all"]["rss_growth_per_object_bytes"], out["direct_apiserver"]["rss_growth_per_object_bytes"]
+        )
+        out["ratio_rss_growth_selected_over_all"] = ratio(out["proxy_selected"]["rss_growth_mib"], out["proxy_all"]["rss_growth_mib"])
+
+        # A proxy started once the nodes exist: its cache fills from one LIST per partition.
+        late = setup.start_proxy("proxy-late", caches=nodes_cache())
+        late_cache = await setup.wait_cached(sessions["proxy"], args.nodes, proxy=late)
+        await asyncio.sleep(args.settle)
+        late_rss = rss_bytes(setup.pid(late))
+        out["proxy_all_started_after"] = {
+            "objects": late_cache["objects"],
+            "rss_mib": mib(late_rss),
+            "rss_peak_hwm_mib": mib(hwm_bytes(setup.pid(late))),
+            "rss_growth_vs_empty_baseline_mib": mib(late_rss - before["all"]),
+            "rss_growth_per_object_bytes": round((late_rss - before["all"]) / args.nodes),
+        }
+        log(f"late proxy: {out['proxy_all_started_after']}")
+        late.stop()
+        return out
+    finally:
+        await close_sessions(sessions)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=20000)
+    ap.add_argument("--kind", choices=sorted(BUILDERS), default="hollow")
+    ap.add_argument("--selected-every", type=int, default=10, help="one node in this many carries bench-keep=yes")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds before each RSS reading")
+    args = ap.parse_args()
+    install_sigterm()
+    t0 = time.monotonic()
+    out: dict[str, Any] = {
+        "benchmark": NAME,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": host_info(),
+        "params": vars(args),
+        "peer": f"{PEER}: a kube-apiserver holding the same N nodes (its RSS growth for them)",
+    }
+    setup = Setup.start(NAME, caches=nodes_cache())
+    try:
+        setup.start_proxy("proxy-selected", caches=nodes_cache(SELECTOR))
+        out["result"] = asyncio.run(measure(setup, args))
+    finally:
+        setup.stop()
+    out["total_seconds"] = round(time.monotonic() - t0, 1)
+    emit(NAME, out)
+
+
+if __name__ == "__main__":
+    main()

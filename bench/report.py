@@ -1,0 +1,178 @@
+"""Markdown tables from the benchmarks' JSON files (.local/bench/*.json).
+
+Run: `python -m bench.report [FILE.json ...] [--out report.md]` (default: every JSON file in
+.local/bench). Unknown documents are listed, not rendered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from bench.common import OUT_DIR
+
+
+def _f(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _x(value: Any) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def _table(header: list[str], rows: Iterable[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _heading(doc: dict[str, Any], path: Path | None = None) -> str:
+    host = doc.get("host", {})
+    git = host.get("git", {})
+    dirty = f", {len(git.get('uncommitted_source_files', []))} uncommitted source files" if git.get("uncommitted_source_files") else ""
+    return (
+        f"### {doc['benchmark']}{f' — {path.name}' if path else ''} ({doc.get('started', '')}, {host.get('cpus')} CPUs, "
+        f"commit {git.get('commit', '?')}{dirty}, load {_f(host.get('loadavg_at_start'), 2)} at start, {doc.get('total_seconds', '?')} s)\n\n"
+        f"Peer: {doc.get('peer', '')}\n"
+    )
+
+
+def render_list_nodes(doc: dict[str, Any], path: Path | None = None) -> str:
+    rows = []
+    for c in doc["cases"]:
+        p, d = c["proxy"], c["direct"]
+        rows.append([
+            c["case"],
+            "yes" if c["same_names"] else "**NO**",
+            f"{p['body_bytes'] / 2**20:.1f} / {d['body_bytes'] / 2**20:.1f}",
+            f"{_f(p['latency']['median_ms'])} / {_f(d['latency']['median_ms'])}",
+            _x(c["ratio_median_proxy_over_direct"]),
+            f"{_f(p['latency']['p99_ms'])} / {_f(d['latency']['p99_ms'])}",
+            _x(c["ratio_p99_proxy_over_direct"]),
+            f"{_f(p['per_list_cpu_s'], 3)} / {_f(d['per_list_cpu_s'], 3)}",
+            _x(c["ratio_cpu_per_list_proxy_over_direct"]),
+            f"{_f(p['concurrent']['rss_peak_growth_mib'])} / {_f(d['concurrent']['rss_peak_growth_mib'])}",
+            f"{_f(p['concurrent']['lists_per_s'])} / {_f(d['concurrent']['lists_per_s'])}",
+        ])
+    header = [
+        "case", "same names", "body MiB (proxy / direct)", "median ms", "ratio", "p99 ms", "ratio",
+        "CPU s per LIST", "ratio", f"peak RSS growth MiB ({doc['params'].get('concurrency', 8)} concurrent)",
+        "LISTs/s concurrent",
+    ]
+    sizes = doc.get("node_sizes", {})
+    size_line = "; ".join(
+        f"{k}: built {v['built_bytes']:,} B, in apiserver {v['apiserver_bytes']:,} B, cached by the proxy {v['proxy_cached_bytes']:,} B"
+        for k, v in sizes.items()
+    )
+    return _heading(doc, path) + f"\nNode compact JSON sizes: {size_line}\n\n" + _table(header, rows) + "\n"
+
+
+def render_watch_fanout(doc: dict[str, Any], path: Path | None = None) -> str:
+    rows = []
+    for c in doc["cases"]:
+        p, d = c["proxy"], c["direct"]
+        rows.append([
+            _f(c["watchers"]),
+            f"{_f(p['watchers_opened'])} / {_f(d['watchers_opened'])}",
+            f"{_f(p['memory_per_watcher_bytes'])} / {_f(d['memory_per_watcher_bytes'])}",
+            _x(c["ratio_memory_per_watcher_proxy_over_direct"]),
+            f"{_f(p['open_cpu_per_watcher_ms'], 2)} / {_f(d['open_cpu_per_watcher_ms'], 2)}",
+            f"{_f(p['delivery_p50_ms'])} / {_f(d['delivery_p50_ms'])}",
+            _x(c["ratio_delivery_p50_proxy_over_direct"]),
+            f"{_f(p['delivery'].get('p99_ms'))} / {_f(d['delivery'].get('p99_ms'))}",
+            _x(c["ratio_delivery_p99_proxy_over_direct"]),
+            f"{_f(p['patch_round_trip'].get('median_ms'))} / {_f(d['patch_round_trip'].get('median_ms'))}",
+            f"{_f(p['deliveries_received'])}/{_f(p['deliveries_expected'])} / {_f(d['deliveries_received'])}/{_f(d['deliveries_expected'])}",
+            c.get("note", ""),
+        ])
+    header = [
+        "watchers", "opened (proxy / direct)", "bytes per idle watcher", "ratio", "open CPU ms per watcher",
+        "delivery p50 ms", "ratio", "delivery p99 ms", "ratio", "PATCH round trip p50 ms (not through the proxy)",
+        "deliveries", "note",
+    ]
+    return _heading(doc, path) + "\n" + _table(header, rows) + "\n"
+
+
+def render_cache_memory(doc: dict[str, Any], path: Path | None = None) -> str:
+    r = doc["result"]
+    rows = []
+    for key, label in (("proxy_all", "proxy, all nodes"), ("proxy_selected", "proxy, `bench-keep=yes` (1 in 10)")):
+        p = r[key]
+        rows.append([
+            label, _f(p["objects"]), _f(p["cache_bytes_per_object"]), _f(p["rss_growth_mib"]),
+            _f(p["rss_growth_per_object_bytes"]), _f(p["rss_growth_per_cache_byte"], 2), _f(p["rss_peak_hwm_mib"]),
+        ])
+    late = r["proxy_all_started_after"]
+    rows.append([
+        "proxy, all nodes, started after they exist", _f(late["objects"]), "", _f(late["rss_growth_vs_empty_baseline_mib"]),
+        _f(late["rss_growth_per_object_bytes"]), "", _f(late["rss_peak_hwm_mib"]),
+    ])
+    a = r["direct_apiserver"]
+    heap = a.get("go_heap_inuse_growth_per_object_bytes")
+    rows.append([
+        f"direct kube-apiserver ({a['partition']})", _f(a["objects"]), "", _f(a["rss_growth_mib"]),
+        f"{_f(a['rss_growth_per_object_bytes'])} (Go heap in use: {_f(heap)})", "", "",
+    ])
+    header = ["holder", "objects", "cached bytes per object", "RSS growth MiB", "RSS growth per object (bytes)",
+              "RSS growth per cached byte", "peak RSS MiB (VmHWM)"]
+    return (
+        _heading(doc, path)
+        + f"\n{r['nodes']:,} {r['node_kind']} nodes; proxy/direct per-object ratio: "
+        + f"{_x(r['ratio_rss_growth_per_object_proxy_all_over_direct'])}; selected/all growth: {_x(r['ratio_rss_growth_selected_over_all'])}\n\n"
+        + _table(header, rows)
+        + "\n"
+    )
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any], Path | None], str]] = {
+    "list_nodes": render_list_nodes,
+    "watch_fanout": render_watch_fanout,
+    "cache_memory": render_cache_memory,
+}
+
+
+def render(paths: Iterable[Path]) -> str:
+    """One markdown section per JSON document, in benchmark order."""
+    docs = []
+    for path in sorted(paths):
+        try:
+            docs.append((path, json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError) as exc:
+            docs.append((path, {"benchmark": f"unreadable: {exc}"}))
+    order = list(RENDERERS)
+    docs.sort(key=lambda pd: order.index(pd[1].get("benchmark")) if pd[1].get("benchmark") in order else len(order))
+    parts = ["## partition-proxy benchmarks\n"]
+    for path, doc in docs:
+        renderer = RENDERERS.get(doc.get("benchmark", ""))
+        if renderer is None:
+            parts.append(f"- {path.name}: not a known benchmark document\n")
+            continue
+        try:
+            parts.append(renderer(doc, path))
+        except (KeyError, TypeError) as exc:
+            parts.append(f"- {path.name}: incomplete document ({exc!r})\n")
+    return "\n".join(parts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("files", nargs="*", type=Path)
+    ap.add_argument("--out", type=Path, help="also write the markdown here")
+    args = ap.parse_args()
+    text = render(args.files or OUT_DIR.glob("*.json"))
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
