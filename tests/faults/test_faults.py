@@ -345,29 +345,32 @@ async def test_overload_gets_429_with_retry_after_and_admitted_requests_stay_fas
 
 async def test_sigterm_ends_open_watches_cleanly_and_lets_in_flight_writes_finish(env: Env, tmp_path: Path) -> None:
     replica = ProxyProcess(env.kube.fed, tmp_path / "terminated").start()
-    ctx = env.kube.client_ssl()
-    ended_cleanly = False
-    async with aiohttp.ClientSession() as s:
-        async with s.get(f"{replica.server}/api/v1/nodes", params={"watch": "1", "resourceVersion": "0"}, ssl=ctx) as watch:
-            assert watch.status == 200  # the stream is open (headers are flushed at once)
-            write = asyncio.create_task(
-                s.post(
-                    f"{replica.server}/api/v1/namespaces/default/configmaps",
-                    json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"during-sigterm-{int(time.time())}"}},
-                    ssl=ctx,
+    try:
+        ctx = env.kube.client_ssl()
+        ended_cleanly = False
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{replica.server}/api/v1/nodes", params={"watch": "1", "resourceVersion": "0"}, ssl=ctx) as watch:
+                assert watch.status == 200  # the stream is open (headers are flushed at once)
+                write = asyncio.create_task(
+                    s.post(
+                        f"{replica.server}/api/v1/namespaces/default/configmaps",
+                        json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"during-sigterm-{int(time.time())}"}},
+                        ssl=ctx,
+                    )
                 )
-            )
-            await asyncio.sleep(0.05)
-            assert replica.popen is not None
-            started = time.monotonic()
-            replica.popen.send_signal(signal.SIGTERM)
-            rest = await asyncio.wait_for(watch.content.read(), 10)  # EOF of a finished chunked body
-            ended_cleanly = watch.content.at_eof()
-            ended_after = time.monotonic() - started
-            written = await write
-            assert written.status in (201, 503), await written.text()
-    assert ended_cleanly and ended_after < 3.0, (ended_after, rest[-200:])
-    assert replica.popen.wait(15) == 0
+                await asyncio.sleep(0.05)
+                assert replica.popen is not None
+                started = time.monotonic()
+                replica.popen.send_signal(signal.SIGTERM)
+                rest = await asyncio.wait_for(watch.content.read(), 10)  # EOF of a finished chunked body
+                ended_cleanly = watch.content.at_eof()
+                ended_after = time.monotonic() - started
+                written = await write
+                assert written.status in (201, 503), await written.text()
+        assert ended_cleanly and ended_after < 3.0, (ended_after, rest[-200:])
+        assert replica.popen.wait(15) == 0
+    finally:
+        replica.stop()  # idempotent; frees the port if the test failed before SIGTERM
     RESULTS.append({"fault": "SIGTERM with an open watch", "watch_ended_cleanly_after_seconds": round(ended_after, 2)})
 
 
