@@ -45,7 +45,7 @@ from routing.rvrewrite import set_all_rvs
 from routing.status import status
 from routing.placement import Placement
 from routing.protobuf import object_name
-from routing.requestinfo import parse_request_info
+from routing.requestinfo import is_long_running, parse_request_info
 
 log = logging.getLogger("partition_proxy")
 
@@ -148,7 +148,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     started = time.monotonic()
     info = parse_request_info(request.method, request.rel_url.raw_path, request.query)
     route_kind, target, code = "reject", "", 0
-    long_running = info.verb == "watch"
+    long_running = is_long_running(info, request.query)
     ctx.metrics.inflight.labels("long-running" if long_running else "other").inc()
     try:
         response = await _answer(request, ctx, info)
@@ -176,8 +176,7 @@ async def _answer(request: web.Request, ctx: ProxyContext, info: RequestInfo) ->
     identity = await ctx.authn.authenticate(request)
     if identity is None:
         return Answer(status_response(401, "Unauthorized", "Unauthorized"))
-    long_running = info.verb == "watch" or (info.subresource == "log" and request.query.get("follow") == "true")
-    klass = request_class(request.method, long_running)
+    klass = request_class(request.method, is_long_running(info, request.query))
     try:
         with ctx.overload.admit(klass, identity.user):
             return await _admitted(request, ctx, info, identity)
@@ -240,37 +239,32 @@ async def _route(
         return Answer(response, route.kind.value, route.partitions[0])
     if info.verb == "watch":
         return Answer(await union_watch(request, ctx=ctx, info=info, route=route, identity=identity), route.kind.value, "union")
-    share = cache_share(request, ctx, info, route)
-    response = await union_list(request, ctx=ctx, info=info, route=route, identity=identity, fallback=share)
+    response = await union_list(
+        request, ctx=ctx, info=info, route=route, identity=identity,
+        fallback=lambda partition: cache_share(request, ctx, info, route, partition),
+    )
     return Answer(response, route.kind.value, "union")
 
 
-def cache_share(request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route) -> Callable[[str], bytes | None] | None:
-    """For a union list: a function giving one partition's share from a watch cache (native
-    RVs, as the partition would answer), used when that partition is down. None when no cache
-    can answer the request's selectors and media type."""
+def cache_share(request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route, partition: str) -> bytes | None:
+    """For a union list whose `partition` is down: that partition's share from a watch cache
+    (native RVs, as the partition would answer), or None when no cache can answer the request's
+    selectors and media type. Only called on that degraded path, never per request."""
     query = {k: v for k, v in request.query.items() if k not in {"continue", "limit", "resourceVersionMatch"}}
     query["resourceVersion"] = "0"
     for cache in ctx.caches:
-        if route.rv_space != cache.space:
+        if route.rv_space != cache.space or partition not in cache.synced:
             continue
-        spec = cache.policy_spec()
-        found = plan(info, query, request.headers.get("Accept", ""), spec, epoch=ctx.epoch)
+        found = plan(info, query, request.headers.get("Accept", ""), cache.policy_spec(), epoch=ctx.epoch)
         if found is None:
             continue
-
-        def share(partition: str, cache: WatchCache = cache, found: Any = found) -> bytes | None:
-            if partition not in cache.synced:
-                return None
-            slot = cache.space.index(partition)
-            objects = [o for o in cache.matching(found.label_selector, found.field_selector, found.namespace) if o.slot == slot]
-            head = orjson.dumps(
-                {"kind": cache.kind, "apiVersion": cache.api_version, "metadata": {"resourceVersion": str(cache.vector[slot])}}
-            )
-            items = b",".join(set_all_rvs(o.raw, str(o.native_rv).encode()) for o in objects)
-            return head[:-1] + b',"items":[' + items + b"]}"
-
-        return share
+        slot = cache.space.index(partition)
+        objects = [o for o in cache.matching(found.label_selector, found.field_selector, found.namespace) if o.slot == slot]
+        head = orjson.dumps(
+            {"kind": cache.kind, "apiVersion": cache.api_version, "metadata": {"resourceVersion": str(cache.vector[slot])}}
+        )
+        items = b",".join(set_all_rvs(o.raw, str(o.native_rv).encode()) for o in objects)
+        return head[:-1] + b',"items":[' + items + b"]}"
     return None
 
 

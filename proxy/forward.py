@@ -29,7 +29,7 @@ from proxy.upstream import Upstream
 from routing import rv as rvcodec
 from routing.decide import Route
 from routing.merge import translate_single
-from routing.requestinfo import RequestInfo
+from routing.requestinfo import RequestInfo, is_long_running
 from routing.rvrewrite import rewrite_rvs
 from routing.status import expired, status
 
@@ -125,7 +125,7 @@ async def forward(
     if data is None and request.can_read_body:
         data = _body_chunks(request)
 
-    is_watch = info.verb == "watch" or (info.subresource == "log" and request.query.get("follow") == "true")
+    is_watch = is_long_running(info, request.query)
     timeout = upstream.watch_timeout if is_watch else upstream.request_timeout
     attempts = len(upstream.endpoints)
     while True:

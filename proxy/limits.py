@@ -5,7 +5,9 @@ not read. Request line, header and body sizes are enforced where the request is 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import Counter
+from collections.abc import Mapping
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -46,3 +48,14 @@ async def write_or_drop(request: web.Request, response: web.StreamResponse, data
         if request.transport is not None:
             request.transport.abort()
         raise ConnectionResetError("client did not read its watch in time") from None
+
+
+# seconds; a watch without timeoutSeconds lives a random time in [1800, 3600), as
+# kube-apiserver picks from --min-request-timeout (apiserver endpoints/handlers/get.go).
+DEFAULT_WATCH_SECONDS = (1800.0, 3600.0)
+
+
+def watch_lifetime(query: Mapping[str, str]) -> float:
+    """How long a watch served by the proxy lives (seconds): its timeoutSeconds, else random."""
+    value = query.get("timeoutSeconds", "")
+    return float(value) if value.isdigit() else random.uniform(*DEFAULT_WATCH_SECONDS)

@@ -35,7 +35,7 @@ from proxy.forward import (
 )
 from proxy.headers import downstream_response_headers, json_accept, upstream_request_headers
 from proxy.identity import Identity
-from proxy.limits import write_or_drop
+from proxy.limits import watch_lifetime, write_or_drop
 from proxy.streams import iter_lines
 from routing import rv as rvcodec
 from routing.decide import NAMESPACES, Route, owner_of_namespaced
@@ -43,9 +43,6 @@ from routing.merge import KeepFn, PartitionList, WatchMerge, merge_lists, object
 from routing.requestinfo import RequestInfo
 from routing.status import expired, status, watch_error_event
 
-# seconds; a watch without timeoutSeconds lives a random time in [1800, 3600), as
-# kube-apiserver picks from --min-request-timeout (1800 s) (apiserver endpoints/handlers/get.go).
-_DEFAULT_WATCH_SECONDS = (1800.0, 3600.0)
 # events; each partition's reader may run this far ahead of the downstream writer before it
 # waits (TCP backpressure then holds the partition). 64 covers a burst of one event per pod of a
 # kubelet's node without letting one slow client buffer a partition's whole stream.
@@ -285,8 +282,7 @@ async def union_watch(
     response.enable_chunked_encoding()
     await response.prepare(request)
 
-    timeout_param = query.get("timeoutSeconds", "")
-    lifetime = float(timeout_param) if timeout_param.isdigit() else random.uniform(*_DEFAULT_WATCH_SECONDS)
+    lifetime = watch_lifetime(query)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + lifetime
     tasks = [asyncio.create_task(pump(p), name=f"union-watch:{p}") for p in route.partitions]

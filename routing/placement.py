@@ -51,6 +51,7 @@ class Placement:
     resource_partitions: tuple[str, ...]
     node_regex: tuple[tuple[re.Pattern[str], str], ...]
     node_prefixes: tuple[tuple[str, str], ...]  # longest prefix first
+    config_names: frozenset[str]  # every configured partition name (routing reads it per request)
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> Placement:
@@ -60,12 +61,9 @@ class Placement:
             resource_partitions=config.names(PartitionRole.RESOURCE),
             node_regex=tuple((re.compile(r.pattern), r.partition) for r in config.nodes.regex),
             node_prefixes=tuple(sorted(config.nodes.prefixes.items(), key=lambda kv: -len(kv[0]))),
+            config_names=frozenset(p.name for p in config.partitions),
         )
 
-    @property
-    def config_names(self) -> frozenset[str]:
-        """Every configured partition name."""
-        return frozenset(self.tenant_partitions + self.resource_partitions)
 
     @property
     def system_partition(self) -> str:

@@ -155,3 +155,9 @@ def parse_request_info(method: str, path: str, query: Mapping[str, str]) -> Requ
         tenant=tenant,
         malformed=malformed or not resource,
     )
+
+
+def is_long_running(info: RequestInfo, query: Mapping[str, str]) -> bool:
+    """Watches and followed logs: requests that hold their connection for minutes (the
+    apiserver's long-running class, k8s.io/apiserver/pkg/server/filters/longrunning.go)."""
+    return info.verb == "watch" or (info.subresource == "log" and query.get("follow", "").lower() in {"true", "1"})

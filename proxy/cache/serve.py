@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
@@ -18,13 +17,10 @@ from aiohttp import web
 
 from proxy.cache.cache_watcher import CacheWatcher
 from proxy.cache.watch_cache import WatchCache, event_line
-from proxy.limits import write_or_drop
+from proxy.limits import watch_lifetime, write_or_drop
 from routing.cache_policy import CacheMode, CachePlan
 from routing.status import status_bytes
 
-# seconds; a cache watch without timeoutSeconds lives a random time in [1800, 3600), as
-# kube-apiserver picks from --min-request-timeout (apiserver endpoints/handlers/get.go).
-_DEFAULT_WATCH_SECONDS = (1800.0, 3600.0)
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:
@@ -132,8 +128,7 @@ async def _stream_watch(
         await response.prepare(request)
         if initial:
             await write_or_drop(request, response, b"".join(initial), timeout=write_timeout)
-        timeout_param = request.query.get("timeoutSeconds", "")
-        lifetime = float(timeout_param) if timeout_param.isdigit() else random.uniform(*_DEFAULT_WATCH_SECONDS)
+        lifetime = watch_lifetime(request.query)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + lifetime
         while True:
