@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real components the federation runs: kube-apiserver and etcd, from the Go module
-# pinned in hack/k8s (Kubernetes v1.36.3, etcd v3.6.8 as Kubernetes itself requires).
+# pinned in hack/k8s (Kubernetes v1.36.3, etcd v3.6.8 as Kubernetes itself requires), and the
+# client-go programs the tests use as clients (hack/k8s/clients).
 # Binaries are cached in .local/bin keyed by version: only the first run pays for the build.
 # Go's own module and build caches (GOMODCACHE, GOCACHE) stay in their default places so they
 # stay warm across fresh clones on this machine, and each built binary is also kept in
@@ -40,6 +41,14 @@ vpkg=k8s.io/component-base/version
 build kube-apiserver "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-apiserver \
   "-X $vpkg.gitVersion=$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
 build etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3
+
+# client-go programs the tests run as clients (hack/k8s/clients), built from the same module.
+# Their "version" is a content hash of their sources, go.mod and go.sum: an edit rebuilds them
+# (seconds with a warm Go build cache), an unchanged tree copies them from the cache.
+clients_hash=$(cd "$top/hack/k8s" &&
+  { find clients -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; sha256sum go.mod go.sum; } |
+  sha256sum | cut -c1-12)
+build rvcheck "src-$clients_hash" ./clients/rvcheck
 
 install() {  # install NAME VERSION PACKAGE BINARY: `go install PACKAGE@VERSION` (modules
   # without replace directives only), binary BINARY renamed to NAME-VERSION.
