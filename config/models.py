@@ -18,7 +18,7 @@ Shape (keys are snake_case; every model forbids unknown keys so a typo fails sta
       placement: prefix                  # prefix | regex | hash
       prefixes: {"rp1-": rp1}
       regex: [{pattern: "^rp1-.*", partition: rp1}]
-    rv_epoch: 1                          # bump when the partition list changes (proxy RVs)
+    resource_versions: {table_namespace: kube-system, table_name: partition-proxy-resource-versions}
     caches:                              # watch caches (default: nodes, and leases in kube-node-lease)
       - {name: nodes, resource: nodes, role: resource, label_selector: "", history: 1000}
     upstream: {connect_timeout_seconds: 5, request_timeout_seconds: 60}
@@ -38,6 +38,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Partition names appear in URLs (/partitions/<name>/...) and metric labels: DNS-1123 labels.
+# bits of a 128-bit proxy resourceVersion shared by its partition fields (routing.rv.FIELD_BITS;
+# config is the lowest layer and cannot import it).
+_RV_FIELD_BITS = 104
 _PARTITION_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -243,6 +246,25 @@ def _default_caches() -> tuple[CacheConfig, ...]:
     )
 
 
+class ResourceVersionsConfig(_Model):
+    """The epoch table behind vector-form proxy resourceVersions (docs/resource-versions.md):
+    a ConfigMap in the system partition every replica reads and any replica may extend."""
+
+    table_namespace: str = "kube-system"
+    table_name: str = "partition-proxy-resource-versions"
+    # seconds; how often a replica re-reads the table and reads each partition's current RV to
+    # decide whether to publish a new epoch. An epoch has half its range left when the next is
+    # published (hours at 5,000 writes/s with 4 partitions), so a few seconds is ample.
+    refresh_seconds: float = Field(default=5.0, gt=0, le=300)
+    # epochs kept per partition list; an RV of an older epoch answers 410 Expired. At 4
+    # partitions an epoch lasts about an hour at 5,000 writes/s into one partition, so 256 keep
+    # days of resumable RVs; the table stays under 100 KiB (ConfigMaps hold 1 MiB).
+    retain_epochs: int = Field(default=256, ge=2, le=4096)
+    # bits per partition field of vector RVs; None: all that fit (104 bits / partitions).
+    # Smaller values only make epochs roll over sooner (tests use them to see rollovers).
+    slot_bits: int | None = Field(default=None, ge=4, le=64)
+
+
 class FailureConfig(_Model):
     """What happens when partitions fail or the proxy is overloaded (DESIGN §8)."""
 
@@ -272,7 +294,7 @@ class ProxyConfig(_Model):
     system_partition: str
     tenants: TenantRules = Field(default_factory=TenantRules)
     nodes: NodePlacement = Field(default_factory=NodePlacement)
-    rv_epoch: int = Field(default=1, ge=0, le=999)
+    resource_versions: ResourceVersionsConfig = Field(default_factory=ResourceVersionsConfig)
     upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
     caches: tuple[CacheConfig, ...] = Field(default_factory=_default_caches)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -313,6 +335,13 @@ class ProxyConfig(_Model):
             need(f"nodes.prefixes.{prefix}", name, PartitionRole.RESOURCE)
         for i, rx in enumerate(self.nodes.regex):
             need(f"nodes.regex.{i}.partition", rx.partition, PartitionRole.RESOURCE)
+        bits = self.resource_versions.slot_bits
+        widest = max(len(self.names(PartitionRole.TENANT)), len(self.names(PartitionRole.RESOURCE)))
+        if bits is not None and bits * widest > _RV_FIELD_BITS:
+            raise ValueError(
+                f"resource_versions.slot_bits: {bits} bits x {widest} partitions is more than the {_RV_FIELD_BITS} "
+                "bits a 128-bit resourceVersion has for partition fields"
+            )
         return self
 
     def names(self, role: PartitionRole) -> tuple[str, ...]:

@@ -86,6 +86,22 @@ roleRef:
   {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "partition-proxy:impersonator"}}
 subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: "{PROXY_USER}"}}]
 ---
+# The shared epoch table of proxy resourceVersions (proxy/rv_epochs.py) lives in the system
+# partition: read, created and extended by every replica with its own credential.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: "partition-proxy:resource-versions", namespace: kube-system}}
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: "partition-proxy:resource-versions", namespace: kube-system}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: "partition-proxy:resource-versions"}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: "{PROXY_USER}"}}]
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata: {{name: "{PROXY_ADMINS_GROUP}"}}
@@ -284,6 +300,26 @@ class Federation:
                 time.sleep(0.1)
             if busy:
                 raise FederationError(f"ports still in use after stop: {busy}")
+
+    def stop_apiserver(self, name: str) -> None:
+        """Stop one partition's kube-apiserver (SIGTERM, then SIGKILL after 10 s); its etcd keeps
+        running, so `start_apiserver` brings the partition back with its data."""
+        with self._lock:
+            procs = [p for p in self._procs if p.kind == "kube-apiserver" and p.partition.name == name]
+            self._procs = [p for p in self._procs if p not in procs]
+        for proc in procs:
+            _signal(proc.popen, signal.SIGTERM)
+            try:
+                proc.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                _signal(proc.popen, signal.SIGKILL)
+                proc.popen.wait()
+
+    def start_apiserver(self, name: str, timeout: float = 60.0) -> None:
+        """Start a stopped partition's kube-apiserver again and wait (seconds) until it is ready.
+        Raises FederationError."""
+        partition = self.partition(name)
+        self._wait([self._start_apiserver(partition)], self._apiserver_ready, time.monotonic() + timeout)
 
     def issue_client_kubeconfig(
         self, name: str, *, user: str, groups: Sequence[str] = (), server: str

@@ -43,7 +43,6 @@ def write_proxy_config(
     directory: Path,
     *,
     port: int,
-    rv_epoch: int = 1,
     partitions: Sequence[str] | None = None,
     caches: Sequence[dict[str, Any]] | None = None,
     kubeconfigs: Mapping[str, Path] | None = None,
@@ -71,7 +70,6 @@ def write_proxy_config(
         "system_partition": tps[0],
         "tenants": {"namespace_to_tenant": "prefix", "separator": "-", "ranges": tenant_ranges(tps)},
         "nodes": {"placement": "prefix", "prefixes": {f"{name}-": name for name in rps}},
-        "rv_epoch": rv_epoch,
     }
     if caches is not None:
         config["caches"] = list(caches)

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,9 @@ from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
 from proxy.cache.watch_cache import WatchCache
 from proxy.context import ProxyContext
 from proxy.discovery import namespaced_resources
-from proxy.forward import forward, status_response
+from proxy.answers import status_response
+from proxy.forward import forward
+from proxy.rv_epochs import ResourceVersions
 from proxy.authn import Authenticator
 from proxy.authz import Authorizer, impersonate, impersonation_request
 from proxy.identity import Identity
@@ -41,7 +43,6 @@ from routing.cache_policy import CacheMode, plan, selected_name
 from routing.decide import Route, RouteKind, RoutingState, decide, owner_of_namespaced
 from routing.requestinfo import RequestInfo
 from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
-from routing.rvrewrite import set_all_rvs
 from routing.status import status
 from routing.placement import Placement
 from routing.protobuf import object_name
@@ -60,7 +61,7 @@ def try_cache(request: web.Request, ctx: ProxyContext, info: RequestInfo, route:
         if route.rv_space != cache.space or not set(route.partitions) <= set(cache.space):
             continue
         spec = cache.policy_spec()
-        found = plan(info, request.query, request.headers.get("Accept", ""), spec, epoch=ctx.epoch)
+        found = plan(info, request.query, request.headers.get("Accept", ""), spec)
         if found is not None and can_serve(cache, found):
             return cache, found
     return None
@@ -248,14 +249,14 @@ async def _route(
 
 def cache_share(request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route, partition: str) -> bytes | None:
     """For a union list whose `partition` is down: that partition's share from a watch cache
-    (native RVs, as the partition would answer), or None when no cache can answer the request's
+    (its list RV native, as the partition would answer; items already in object form), or None when no cache can answer the request's
     selectors and media type. Only called on that degraded path, never per request."""
     query = {k: v for k, v in request.query.items() if k not in {"continue", "limit", "resourceVersionMatch"}}
     query["resourceVersion"] = "0"
     for cache in ctx.caches:
         if route.rv_space != cache.space or partition not in cache.synced:
             continue
-        found = plan(info, query, request.headers.get("Accept", ""), cache.policy_spec(), epoch=ctx.epoch)
+        found = plan(info, query, request.headers.get("Accept", ""), cache.policy_spec())
         if found is None:
             continue
         slot = cache.space.index(partition)
@@ -263,7 +264,7 @@ def cache_share(request: web.Request, ctx: ProxyContext, info: RequestInfo, rout
         head = orjson.dumps(
             {"kind": cache.kind, "apiVersion": cache.api_version, "metadata": {"resourceVersion": str(cache.vector[slot])}}
         )
-        items = b",".join(set_all_rvs(o.raw, str(o.native_rv).encode()) for o in objects)
+        items = b",".join(o.raw for o in objects)
         return head[:-1] + b',"items":[' + items + b"]}"
     return None
 
@@ -273,15 +274,18 @@ async def handle_livez(request: web.Request) -> web.Response:
 
 
 async def handle_readyz(request: web.Request) -> web.Response:
-    """200 once every watch cache has synced (seed 003: no answers from a partial view).
+    """200 once the resourceVersion table is loaded and every watch cache has synced (no
+    answers from a partial view).
     A partition that is down does not make the proxy unready: its requests get 503 and the
     others are served (DESIGN §8); taking every replica out of its Service for one partition's
     outage would fail every partition's clients. The partitions' state is listed for people."""
     ctx = request.app[CONTEXT]
-    lines = [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.caches]
+    table = ctx.rv.ready.is_set()
+    lines = [f"[{'+' if table else '-'}]resource-version-table {'ok' if table else 'not loaded'}"]
+    lines += [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.caches]
     for name, upstream in ctx.upstreams.items():
         lines.append(f"   partition {name}: {'marked down, requests get 503' if upstream.breaker.is_open else 'up'}")
-    ready = ctx.caches_synced
+    ready = table and ctx.caches_synced
     lines.append("readyz check passed" if ready else "readyz check failed")
     return web.Response(text="\n".join(lines) + "\n", status=200 if ready else 500)
 
@@ -292,10 +296,26 @@ async def handle_debug_caches(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps({"caches": [c.debug() for c in ctx.caches]}), content_type="application/json")
 
 
+async def handle_debug_resource_versions(request: web.Request) -> web.Response:
+    """The epoch table this replica serves with and the partitions' positions it last saw."""
+    ctx = request.app[CONTEXT]
+    return web.Response(body=orjson.dumps(ctx.rv.debug()), content_type="application/json")
+
+
 async def handle_metrics(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     ctx.metrics.observe_caches(ctx.caches)
     return web.Response(body=generate_latest(ctx.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _after(ready: asyncio.Event, work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` once `ready` is set (reflectors stamp events with RVs of the epoch table)."""
+    try:
+        await ready.wait()
+    except asyncio.CancelledError:
+        work.close()
+        raise
+    await work
 
 
 def _log_unexpected_end(task: asyncio.Task[None]) -> None:
@@ -303,11 +323,21 @@ def _log_unexpected_end(task: asyncio.Task[None]) -> None:
         log.error("background task %s died: %r", task.get_name(), task.exception())
 
 
-def build_caches(config: ProxyConfig) -> tuple[list[WatchCache], dict[str, str]]:
+def build_resource_versions(config: ProxyConfig) -> ResourceVersions:
+    """The RV codecs of the config's spaces. Raises ConfigError when two partition names
+    share an object-form id (a 32-bit hash: practically never)."""
+    try:
+        return ResourceVersions(config)
+    except ValueError as exc:
+        raise ConfigError(f"partitions: {exc}") from None
+
+
+def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None) -> tuple[list[WatchCache], dict[str, str]]:
     """The configured watch caches and the node index the node cache keeps. Raises
     ConfigError naming the field when a cache's selector does not parse."""
+    rv = rv or build_resource_versions(config)
     node_index: dict[str, str] = {}
-    state = RoutingState(Placement.from_config(config), frozenset(), config.rv_epoch)
+    state = RoutingState(Placement.from_config(config), frozenset())
 
     def owner_keep(by_name: bool) -> Callable[[str, dict[str, Any]], bool]:
         def keep(partition: str, obj: dict[str, Any]) -> bool:
@@ -337,8 +367,7 @@ def build_caches(config: ProxyConfig) -> tuple[list[WatchCache], dict[str, str]]
         caches.append(
             WatchCache(
                 spec=spec,
-                space=config.names(spec.role),
-                epoch=config.rv_epoch,
+                codec=rv.codec(config.names(spec.role)),
                 label_selector=label_selector,
                 field_selector=field_selector,
                 on_node=on_node if is_nodes else None,
@@ -356,7 +385,8 @@ def build_app(config: ProxyConfig) -> web.Application:
     system partition's discovery cannot be read."""
     app = web.Application(client_max_size=config.limits.max_body_bytes, middlewares=[api_requests])
 
-    caches, node_index = build_caches(config)
+    rv = build_resource_versions(config)
+    caches, node_index = build_caches(config, rv)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         upstreams = {}
@@ -368,7 +398,7 @@ def build_app(config: ProxyConfig) -> web.Application:
             review = config.auth.token_review_partition
             app[CONTEXT] = ProxyContext(
                 config=config,
-                routing=RoutingState(Placement.from_config(config), namespaced, config.rv_epoch, node_index),
+                routing=RoutingState(Placement.from_config(config), namespaced, node_index),
                 upstreams=upstreams,
                 metrics=Metrics.create(),
                 caches=caches,
@@ -376,11 +406,16 @@ def build_app(config: ProxyConfig) -> web.Application:
                 authz=Authorizer(config.auth, upstreams),
                 watches=WatchLimiter(config.limits.max_watches_per_identity),
                 overload=InflightLimiter(config.failure),
+                rv=rv,
             )
+            rv.bind(upstreams)
+            task = asyncio.create_task(rv.run(), name="resource-version-table")
+            task.add_done_callback(_log_unexpected_end)
+            tasks.append(task)
             for cache in caches:
                 for partition in cache.space:
                     reflector = Reflector(cache=cache, upstream=upstreams[partition])
-                    task = asyncio.create_task(reflector.run(), name=f"reflector:{cache.spec.name}:{partition}")
+                    task = asyncio.create_task(_after(rv.ready, reflector.run()), name=f"reflector:{cache.spec.name}:{partition}")
                     task.add_done_callback(_log_unexpected_end)
                     tasks.append(task)
             log.info("serving %d partitions, %d namespaced resources, %d caches", len(upstreams), len(namespaced), len(caches))
@@ -404,6 +439,7 @@ def build_app(config: ProxyConfig) -> web.Application:
     app.router.add_get("/readyz", handle_readyz)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/debug/caches", handle_debug_caches)
+    app.router.add_get("/debug/resource-versions", handle_debug_resource_versions)
     return app
 
 

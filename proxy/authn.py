@@ -68,9 +68,9 @@ class Authenticator:
 
     async def _token(self, token: str) -> Identity | None:
         digest = _digest(token)
-        for known, identity in self.static.items():
+        for known, static in self.static.items():
             if hmac.compare_digest(known, digest):
-                return identity
+                return static
         if self.token_review is None:
             return None
         if digest in self.cache:

@@ -16,6 +16,7 @@ from proxy.limits import WatchLimiter
 from proxy.overload import InflightLimiter
 from proxy.identity import Identity, add_impersonation
 from proxy.metrics import Metrics
+from proxy.rv_epochs import ResourceVersions
 from proxy.upstream import Upstream
 from routing.decide import RoutingState
 
@@ -31,6 +32,7 @@ class ProxyContext:
     authz: Authorizer
     watches: WatchLimiter
     overload: InflightLimiter
+    rv: ResourceVersions  # the codec of each RV space and the shared epoch table
     # closers of open streams, called on SIGTERM so each ends cleanly and its client re-watches
     # elsewhere (DESIGN §8)
     streams: set[Callable[[], None]] = field(default_factory=set)
@@ -56,10 +58,6 @@ class ProxyContext:
     @property
     def caches_synced(self) -> bool:
         return all(c.is_synced for c in self.caches)
-
-    @property
-    def epoch(self) -> int:
-        return self.routing.rv_epoch
 
     def upstream_headers(self, base: CIMultiDict[str], upstream: Upstream, identity: Identity) -> CIMultiDict[str]:
         """`base` (already stripped of client identity headers) plus the proxy's own credential

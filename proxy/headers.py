@@ -56,9 +56,20 @@ def downstream_response_headers(headers: CIMultiDictProxy[str], *, keep_length: 
     return out
 
 
-def json_accept(accept: str) -> str:
-    """Restrict an Accept header to its JSON media types (Table and PartialObjectMetadata
-    variants included), for answers the proxy must read. client-go lists application/json as a
-    fallback after protobuf, so answering JSON is always acceptable to it."""
-    kept = [part.strip() for part in accept.split(",") if part.strip().startswith("application/json")]
-    return ",".join(kept) or "application/json"
+def union_accept(accept: str) -> str | None:
+    """The Accept header a union sends every partition: the client's, without CBOR (answered
+    as by a kube-apiserver without it: `routing.translate`) and without protobuf Tables (the
+    union merges lists and PartialObjectMetadataLists in protobuf, Tables in JSON). None when the
+    client accepts only CBOR (406). client-go lists application/json as a fallback after
+    protobuf, so what remains is always acceptable to it."""
+    if not accept.strip():
+        return "application/json"
+    parts = [p.strip() for p in accept.split(",") if p.strip()]
+    kept = [p for p in parts if not _is_cbor(p) and not (p.lower().startswith("application/vnd.kubernetes.protobuf") and "as=table" in p.lower().replace(" ", ""))]
+    if not kept:
+        return None if all(_is_cbor(p) for p in parts) else "application/json"
+    return ", ".join(kept)
+
+
+def _is_cbor(media: str) -> bool:
+    return media.split(";", 1)[0].strip().lower() in {"application/cbor", "application/cbor-seq", "application/apply-patch+cbor"}

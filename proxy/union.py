@@ -1,8 +1,9 @@
 """Union LIST and union WATCH over several partitions (route kind `fan-out`).
 
-Union list: the same request goes to every partition at once (JSON; `limit`/`continue` are
-dropped, which the API allows: "servers may ignore limit"); if any partition fails, its answer
-is returned as it came; otherwise `routing.merge.merge_lists` joins them under one proxy RV.
+Union list: the same request goes to every partition at once (`limit`/`continue` are dropped,
+which the API allows: "servers may ignore limit"); if any partition fails, its answer is
+returned as it came; otherwise `routing.merge` joins them under one proxy RV, in protobuf when
+the client asked for it (kube-apiserver's own choice of media type is kept), else JSON.
 
 Union watch: one upstream watch per partition, always with bookmarks. A client starting from
 "" or "0" is served by upstream streaming lists (sendInitialEvents=true, KEP-3157), so each
@@ -26,20 +27,18 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.context import ProxyContext
-from proxy.forward import (
-    expired_response,
-    status_response,
-    translated_query,
-    unavailable_response,
-    upstream_error_response,
-)
-from proxy.headers import downstream_response_headers, json_accept, upstream_request_headers
+from proxy.answers import expired_response, invalid_rv_response, not_acceptable_response, status_response, unavailable_response
+from proxy.forward import is_malformed_rv, marked_down_response, translated_query, upstream_error_response
+from proxy.headers import downstream_response_headers, union_accept, upstream_request_headers
+from proxy.health import TRANSPORT_ERRORS, PartitionMarkedDown
 from proxy.identity import Identity
 from proxy.limits import watch_lifetime, write_or_drop
 from proxy.streams import iter_lines
+from routing import protobuf as pb
 from routing import rv as rvcodec
+from routing import translate
 from routing.decide import NAMESPACES, Route, owner_of_namespaced
-from routing.merge import KeepFn, PartitionList, WatchMerge, merge_lists, object_meta
+from routing.merge import KeepFn, PartitionList, WatchMerge, merge_lists, merge_protobuf_lists, object_meta
 from routing.requestinfo import RequestInfo
 from routing.status import expired, status, watch_error_event
 
@@ -72,13 +71,21 @@ def _keep_fn(info: RequestInfo, route: Route, ctx: ProxyContext) -> KeepFn | Non
     return keep
 
 
-def _start_vector(client_rv: str, route: Route, ctx: ProxyContext) -> tuple[int, ...] | None:
-    """The vector a client RV names, None for ""/"0"/non-numeric. Raises RVError."""
+async def _start_vector(client_rv: str, route: Route, ctx: ProxyContext) -> tuple[int, ...] | None:
+    """The vector a client RV names, None for ""/"0"/non-numeric. Raises RVError (an RV of an
+    epoch newer than this replica knows is looked up in the shared table first)."""
     if not client_rv.isdigit() or client_rv == "0":
         return None
-    vector = rvcodec.decode(client_rv, epoch=ctx.epoch, slots=len(route.rv_space))
+    codec = ctx.rv.codec(route.rv_space)
+    try:
+        vector = codec.decode(client_rv)
+    except rvcodec.RVTooOld as exc:
+        if exc.epoch <= codec.table.newest_number:
+            raise
+        await ctx.rv.sync_now()
+        vector = codec.decode(client_rv)
     if not all(vector):
-        raise rvcodec.RVError("resourceVersion does not name a position in every partition")
+        raise rvcodec.RVNotInSpace("resourceVersion does not name a position in every partition")
     return vector
 
 
@@ -102,69 +109,89 @@ async def union_list(
     if request.query.get("continue"):
         return status_response(400, "BadRequest", "invalid continue token")
     try:
-        vector = _start_vector(client_rv, route, ctx)
+        vector = await _start_vector(client_rv, route, ctx)
     except rvcodec.RVError as exc:
-        return expired_response(f"too old resource version: {exc}")
+        return expired_response(f"too old resource version: {client_rv} ({exc})")
+    accept = union_accept(request.headers.get("Accept", ""))
+    if accept is None:
+        return not_acceptable_response()
+    if translate.encoding_of(request.headers.get("Content-Type", "")) is translate.Encoding.CBOR and request.can_read_body:
+        return status_response(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
 
     base_headers = upstream_request_headers(request.headers)
-    base_headers["Accept"] = json_accept(request.headers.get("Accept", "application/json"))
+    base_headers["Accept"] = accept
     base_headers.pop("Accept-Encoding", None)
     body = await request.read() if request.can_read_body else None
 
     async def one(partition: str) -> tuple[str, int, Any, bytes]:
         upstream = ctx.upstreams[partition]
-        if not upstream.breaker.allow():
-            raise PartitionDown(partition)
         replace: dict[str, str | None] = {"limit": None, "continue": None}
         if vector is not None:
             replace["resourceVersion"] = str(vector[route.slot(partition)])
         query = translated_query(request.rel_url.raw_query_string, replace=replace)
         try:
-            async with upstream.session.request(
-                request.method,
-                upstream.url(info.upstream_path, query),
-                headers=ctx.upstream_headers(base_headers, upstream, identity),
-                data=body,
-                timeout=upstream.request_timeout,
-                skip_auto_headers=("Content-Type",),
-            ) as resp:
-                answer = partition, resp.status, resp.headers.copy(), await resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            upstream.breaker.failure()
+            with upstream.breaker.attempt():
+                resp = await upstream.session.request(
+                    request.method,
+                    upstream.url(info.upstream_path, query),
+                    headers=ctx.upstream_headers(base_headers, upstream, identity),
+                    data=body,
+                    timeout=upstream.request_timeout,
+                    skip_auto_headers=("Content-Type",),
+                )
+            async with resp:
+                return partition, resp.status, resp.headers.copy(), await resp.read()
+        except PartitionMarkedDown:
+            raise PartitionDown(partition) from None
+        except TRANSPORT_ERRORS:
             upstream.rotate()
             raise PartitionDown(partition) from None
-        upstream.breaker.success()
-        return answer
 
     results = await asyncio.gather(*(one(p) for p in route.partitions), return_exceptions=True)
     answers: list[tuple[str, int, Any, bytes]] = []
-    warnings: list[str] = []
+    down: list[str] = []
     for partition, result in zip(route.partitions, results):
         if isinstance(result, PartitionDown):
             upstream = ctx.upstreams[partition]
             if ctx.config.failure.union_policy == "unavailable" or request.method != "GET":
-                return unavailable_response(upstream, "it does not answer")
-            share = fallback(partition) if fallback is not None else None
-            if share is not None:
-                answers.append((partition, 200, {}, share))
-                warnings.append(f'299 - "partition {partition} is unavailable: its part comes from the watch cache and may be stale"')
-                ctx.metrics.degraded.labels(partition, "stale").inc()
-            else:
-                warnings.append(f'299 - "partition {partition} is unavailable: the list is partial"')
-                ctx.metrics.degraded.labels(partition, "partial").inc()
+                return unavailable_response(partition, "it does not answer", upstream.breaker.retry_after())
+            down.append(partition)
         elif isinstance(result, BaseException):
             raise result
         else:
             answers.append(result)
     if not answers:
-        return unavailable_response(ctx.upstreams[route.partitions[0]], "no partition of the union answers")
+        first = ctx.upstreams[route.partitions[0]]
+        return unavailable_response(first.name, "no partition of the union answers", first.breaker.retry_after())
     for _, code, headers, raw in answers:
         if code >= 300:
             return web.Response(status=code, body=raw, headers=downstream_response_headers(headers, keep_length=False))
 
+    media = {translate.encoding_of(h.get("Content-Type", "")) for _, _, h, _ in answers}
+    protobuf = media == {translate.Encoding.PROTOBUF}
+    warnings: list[str] = []
+    for partition in down:
+        share = fallback(partition) if fallback is not None and not protobuf else None
+        if share is not None:
+            answers.append((partition, 200, {}, share))
+            warnings.append(f'299 - "partition {partition} is unavailable: its part comes from the watch cache and may be stale"')
+            ctx.metrics.degraded.labels(partition, "stale").inc()
+        else:
+            warnings.append(f'299 - "partition {partition} is unavailable: the list is partial"')
+            ctx.metrics.degraded.labels(partition, "partial").inc()
+
     parts = [PartitionList(p, route.slot(p), raw) for p, _, _, raw in answers]
+    codec = ctx.rv.codec(route.rv_space)
     try:
-        merged = merge_lists(parts, epoch=ctx.epoch, slots=len(route.rv_space), keep=_keep_fn(info, route, ctx))
+        if len(media) > 1:
+            raise ValueError(f"partitions answered in different media types: {sorted(m.value for m in media)}")
+        if protobuf:
+            merged = merge_protobuf_lists(parts, codec=codec, keep=_keep_fn(info, route, ctx))
+        else:
+            merged = merge_lists(parts, codec=codec, keep=_keep_fn(info, route, ctx))
+    except rvcodec.RVUnencodable as exc:
+        ctx.rv.request_sync()
+        return unavailable_response(route.partitions[0], f"its resourceVersion table is behind ({exc})", 1)
     except ValueError as exc:
         return status_response(502, "InternalError", f"a partition answered a list that is not one: {exc}")
     headers = downstream_response_headers(answers[0][2], keep_length=False) if answers[0][2] else CIMultiDict()
@@ -178,19 +205,25 @@ async def union_list(
 async def union_watch(
     request: web.Request, *, ctx: ProxyContext, info: RequestInfo, route: Route, identity: Identity
 ) -> web.StreamResponse:
-    """Merge one watch per partition into one stream (see module docstring)."""
+    """Merge one watch per partition into one stream (see module docstring). The stream is in
+    protobuf when the client accepts it (kube-apiserver's choice from the client's Accept),
+    else JSON."""
     query = request.query
     client_rv = query.get("resourceVersion", "")
     client_sie = query.get("sendInitialEvents", "").lower() in _TRUE
+    if is_malformed_rv(client_rv):
+        return invalid_rv_response(client_rv, "not a decimal integer")
     try:
-        start = _start_vector(client_rv, route, ctx)
+        start = await _start_vector(client_rv, route, ctx)
     except rvcodec.RVError as exc:
-        return expired_response(f"too old resource version: {exc}")
+        return expired_response(f"too old resource version: {client_rv} ({exc})")
+    accept = union_accept(request.headers.get("Accept", ""))
+    if accept is None:
+        return not_acceptable_response()
     streaming_start = start is None and client_rv in {"", "0"}
     initial = set(route.partitions) if (client_sie or streaming_start) else set()
     merge = WatchMerge(
-        epoch=ctx.epoch,
-        space=route.rv_space,
+        codec=ctx.rv.codec(route.rv_space),
         start=start or (0,) * len(route.rv_space),
         initial=initial,
         client_initial_events=client_sie,
@@ -199,7 +232,7 @@ async def union_watch(
     )
 
     base_headers = upstream_request_headers(request.headers)
-    base_headers["Accept"] = json_accept(request.headers.get("Accept", "application/json"))
+    base_headers["Accept"] = accept
     base_headers.pop("Accept-Encoding", None)
 
     def upstream_query(partition: str, *, first: bool) -> str:
@@ -216,37 +249,54 @@ async def union_watch(
         return translated_query(request.rel_url.raw_query_string, replace=replace)
 
     async def open_watch(partition: str, *, first: bool) -> aiohttp.ClientResponse:
+        """Raises PartitionMarkedDown or a transport error (counted by the breaker)."""
         upstream = ctx.upstreams[partition]
-        if not upstream.breaker.allow():
-            raise aiohttp.ClientConnectionError(f"partition {partition} is marked down")
-        return await upstream.session.get(
-            upstream.url(info.upstream_path, upstream_query(partition, first=first)),
-            headers=ctx.upstream_headers(base_headers, upstream, identity),
-            timeout=upstream.watch_timeout,
-        )
+        with upstream.breaker.attempt():
+            return await upstream.session.get(
+                upstream.url(info.upstream_path, upstream_query(partition, first=first)),
+                headers=ctx.upstream_headers(base_headers, upstream, identity),
+                timeout=upstream.watch_timeout,
+            )
 
     opened = await asyncio.gather(*(open_watch(p, first=True) for p in route.partitions), return_exceptions=True)
     failure: web.StreamResponse | None = None
     for partition, result in zip(route.partitions, opened):
         if failure is not None:
             continue
-        if isinstance(result, BaseException):
-            if not isinstance(result, (aiohttp.ClientError, asyncio.TimeoutError, OSError)):
+        if isinstance(result, PartitionMarkedDown):
+            failure = marked_down_response(ctx.upstreams[partition])
+        elif isinstance(result, BaseException):
+            if not isinstance(result, TRANSPORT_ERRORS):
                 raise result
+            ctx.upstreams[partition].rotate()
             failure = upstream_error_response(ctx.upstreams[partition], result)
         elif result.status != 200:
             body = await result.read()
             failure = web.Response(
                 status=result.status, body=body, headers=downstream_response_headers(result.headers, keep_length=False)
             )
+    first_responses = dict(zip(route.partitions, (r for r in opened if isinstance(r, aiohttp.ClientResponse))))
+    types = {translate.encoding_of(r.headers.get("Content-Type", "")) for r in first_responses.values()}
+    if failure is None and len(types) > 1:
+        failure = status_response(502, "InternalError", "partitions answered the watch in different media types")
     if failure is not None:
         for result in opened:
             if isinstance(result, aiohttp.ClientResponse):
                 result.close()
         return failure
-    first_responses = dict(zip(route.partitions, (r for r in opened if isinstance(r, aiohttp.ClientResponse))))
+    protobuf = types == {translate.Encoding.PROTOBUF}
 
     queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=_EVENT_QUEUE_DEPTH)
+
+    async def read_events(partition: str, resp: aiohttp.ClientResponse) -> None:
+        if protobuf:
+            frames = pb.FrameReader()
+            async for chunk in resp.content.iter_any():
+                for frame in frames.feed(chunk):
+                    await queue.put((partition, frame))
+        else:
+            async for line in iter_lines(resp):
+                await queue.put((partition, line))
 
     async def pump(partition: str) -> None:
         """Read one partition's watch, reopening it from the last RV it reached when it ends
@@ -261,15 +311,14 @@ async def union_watch(
                     resp = await open_watch(partition, first=False)
                     if resp.status != 200:
                         raw = await resp.read()
-                        await queue.put((partition, _status_event(resp.status, raw)))
+                        await queue.put((partition, _status_event(resp.status, raw, protobuf=protobuf)))
                         return
-                    upstream.breaker.success()
                     pause = _REOPEN_PAUSE
                 async with resp:
-                    async for line in iter_lines(resp):
-                        await queue.put((partition, line))
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                upstream.breaker.failure()
+                    await read_events(partition, resp)
+            except PartitionMarkedDown:
+                pause = min(pause * 2, _REOPEN_PAUSE_MAX)
+            except (*TRANSPORT_ERRORS, pb.ProtobufError):
                 upstream.rotate()
                 pause = min(pause * 2, _REOPEN_PAUSE_MAX)
             resp = None
@@ -286,6 +335,7 @@ async def union_watch(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + lifetime
     tasks = [asyncio.create_task(pump(p), name=f"union-watch:{p}") for p in route.partitions]
+    on_event = merge.on_frame if protobuf else merge.on_line
 
     def finish() -> None:  # shutdown: the marker ("", b"") ends the loop below
         while queue.full():
@@ -301,14 +351,19 @@ async def union_watch(
             if remaining <= 0:
                 break
             try:
-                partition, line = await asyncio.wait_for(queue.get(), timeout=remaining)
+                partition, event = await asyncio.wait_for(queue.get(), timeout=remaining)
             except asyncio.TimeoutError:
                 break
             if not partition:
                 break
-            out = merge.on_line(partition, line)
+            try:
+                out = on_event(partition, event)
+            except (ValueError, pb.ProtobufError):
+                continue  # an event kube-apiserver would not send: skipped, the stream goes on
             if out:
                 await write_or_drop(request, response, b"".join(out), timeout=ctx.config.limits.watch_write_timeout_seconds)
+        if merge.finished:
+            ctx.rv.request_sync()  # an RV no epoch fits ends a watch: let the table catch up
     finally:
         ctx.streams.discard(finish)
         for task in tasks:
@@ -321,12 +376,16 @@ async def union_watch(
     return response
 
 
-def _status_event(code: int, raw: bytes) -> bytes:
-    """An ERROR event line for an upstream watch that could not be reopened."""
+def _status_event(code: int, raw: bytes, *, protobuf: bool) -> bytes:
+    """An ERROR event for an upstream watch that could not be reopened (a JSON line, or a
+    protobuf frame payload for a protobuf stream)."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict) or obj.get("kind") != "Status":
         obj = expired("watch could not be resumed") if code == 410 else status(code, "InternalError", "watch could not be resumed")
+    if protobuf:
+        reason = "Expired" if code == 410 else str(obj.get("reason", "InternalError"))
+        return pb.encode_watch_event("ERROR", pb.status_object(code=code, reason=reason, message=str(obj.get("message", ""))))
     return watch_error_event(obj)

@@ -83,7 +83,7 @@ async def _load_kubeconfig(path: Path) -> Configuration:
 
 
 def _ssl_context(cfg: Configuration) -> ssl.SSLContext | bool:
-    if not cfg.host.startswith("https"):
+    if not (cfg.host or "").startswith("https"):
         return False
     ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
     if not cfg.verify_ssl:
@@ -116,7 +116,7 @@ async def open_upstream(partition: PartitionConfig, timeouts: UpstreamConfig, fa
     return Upstream(
         name=partition.name,
         role=partition.role,
-        endpoints=(URL(cfg.host), *(URL(u) for u in partition.extra_servers)),
+        endpoints=(URL(cfg.host or ""), *(URL(u) for u in partition.extra_servers)),
         session=session,
         auth_header=auth,
         request_timeout=aiohttp.ClientTimeout(

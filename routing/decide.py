@@ -40,11 +40,10 @@ class RouteKind(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class RoutingState:
     """What routing needs besides the request: placement rules, the set of namespaced
-    resources (group, resource) learned from discovery, and the RV epoch."""
+    resources (group, resource) learned from discovery."""
 
     placement: Placement
     namespaced: frozenset[tuple[str, str]]
-    rv_epoch: int
     # node name -> the RP that holds it, kept by the node watch cache (live view, read only here)
     node_index: Mapping[str, str] = field(default_factory=dict)
 

@@ -1,20 +1,25 @@
 """Merging the answers of several partitions into one union list or one union watch. Pure.
 
-Union list: each partition's compact JSON body gets its resourceVersions translated into proxy
-RVs naming that partition's slot (`translate_single`), items (or Table rows) that the partition
-does not own are dropped, and the rest are concatenated under one list whose RV is the vector of
-every partition's list RV (DESIGN §5).
+Union list: each partition's JSON body (compact or indented) gets its native resourceVersions
+turned into object-form proxy RVs of that partition (`routing.rv`), items (or Table rows) that
+the partition does not own are dropped, and the rest are joined under one list whose RV is the
+vector of every partition's list RV.
 
-Union watch: `WatchMerge` consumes one upstream event line at a time, tagged with the partition
-that sent it, keeps the RV vector, and returns the lines to write downstream:
-- an event's object RV becomes the vector after that event (the owner's slot = its native RV);
+Union watch: `WatchMerge` consumes one upstream event at a time, tagged with the partition that
+sent it, keeps the RV vector, and returns what to write downstream:
+- an event's own RV becomes the vector after that event (vector form); other RV fields in it
+  (an Event's involvedObject, ...) become object-form RVs of the partition that sent it;
+- while a partition still sends its initial events (a streaming list, KEP-3157), its ADDED
+  events carry the object's own RV in object form: they are not in RV order (kube-apiserver's
+  initial events are not either, and client-go does not resume from them);
 - upstream bookmarks advance the vector; a merged BOOKMARK is written only when the client asked
   (`allowWatchBookmarks`), every slot is known, and the vector moved (RVs strictly increase);
 - `k8s.io/initial-events-end` bookmarks of the partitions are swallowed and ONE merged one is
-  written once every partition has finished its initial events (KEP-3157; client-go's reflector
-  replaces its store on that bookmark, so a partial one would drop objects);
+  written once every partition has finished its initial events (client-go's reflector replaces
+  its store on that bookmark, so a partial one would drop objects);
 - an upstream ERROR ends the union watch: 410 becomes a complete `Expired` Status so the client
-  relists; other errors are passed on as they came.
+  relists; other errors are passed on as they came. A vector no epoch can encode ends it the
+  same way (the client relists once the replicas have published a new epoch).
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from typing import Any
 
 import orjson
 
+from routing import protobuf as pb
 from routing import rv as rvcodec
-from routing.rvrewrite import rewrite_rvs, set_all_rvs
+from routing.rvjson import find_values, replace_spans, translate_natives
 from routing.status import expired, watch_error_event
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -34,13 +40,19 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 # keep(partition, object) -> whether the union keeps an object that `partition` sent.
 KeepFn = Callable[[str, dict[str, Any]], bool]
 
+# Where a JSON watch event's own resourceVersion is: the object's metadata, and for a Table
+# event (kubectl get -w) the row objects as well.
+_EVENT_OWN_RV = (("object", "metadata", "resourceVersion"),)
+_TABLE_EVENT_OWN_RV = (("object", "metadata", "resourceVersion"), ("object", "rows", "*", "object", "metadata", "resourceVersion"))
+
 
 def object_meta(obj: dict[str, Any]) -> dict[str, Any]:
     """metadata of an object, or of the single row object of a Table (kubectl get -w)."""
     if obj.get("kind") == "Table":
         rows = obj.get("rows") or []
         if rows and isinstance(rows[0].get("object"), dict):
-            return rows[0]["object"].get("metadata") or {}
+            meta = rows[0]["object"].get("metadata")
+            return meta if isinstance(meta, dict) else {}
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 
@@ -48,17 +60,14 @@ def object_meta(obj: dict[str, Any]) -> dict[str, Any]:
 def native_rv(obj: dict[str, Any]) -> int:
     """The native resourceVersion of an upstream object (0 when absent or not numeric)."""
     value = object_meta(obj).get("resourceVersion") or (obj.get("metadata") or {}).get("resourceVersion")
-    return int(value) if isinstance(value, str) and value.isdigit() else 0
+    return int(value) if isinstance(value, str) and value.isdigit() and len(value) < 20 else 0
 
 
-def translate_single(epoch: int, slots: int, slot: int) -> Callable[[bytes], bytes | None]:
-    """A translator for `rewrite_rvs`: native RV -> proxy RV naming only `slot`."""
+def object_translator(codec: rvcodec.RVCodec, slot: int) -> Callable[[int], bytes | None]:
+    """native -> object-form proxy RV of partition `slot` (for `rvjson.translate_natives`)."""
 
-    def translate(native: bytes) -> bytes | None:
-        value = int(native)
-        if value == 0:
-            return None  # "0" means "any" and stays "0"
-        return rvcodec.encode(epoch, rvcodec.single_slot(slots, slot, value)).encode()
+    def translate(native: int) -> bytes | None:
+        return codec.object_rv(slot, native).encode()
 
     return translate
 
@@ -72,20 +81,23 @@ class PartitionList:
     body: bytes
 
 
-def merge_lists(parts: Sequence[PartitionList], *, epoch: int, slots: int, keep: KeepFn | None) -> bytes:
+def merge_lists(parts: Sequence[PartitionList], *, codec: rvcodec.RVCodec, keep: KeepFn | None) -> bytes:
     """Merge partition lists (or Tables) into one compact JSON list. Raises ValueError if a body
-    is not a JSON list."""
-    vector = [0] * slots
+    is not a JSON list; RVUnencodable if no epoch fits the list RV vector."""
+    vector = [0] * len(codec.space)
     merged: dict[str, Any] | None = None
     rows_key = "items"
     out_items: list[Any] = []
     for part in parts:
-        doc = orjson.loads(rewrite_rvs(part.body, translate_single(epoch, slots, part.slot)))
+        try:
+            doc = orjson.loads(translate_natives(part.body, object_translator(codec, part.slot)))
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"{part.partition}: list answer is not JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise ValueError(f"{part.partition}: list answer is not an object")
-        list_rv = doc.get("metadata", {}).get("resourceVersion", "")
+        list_rv = (doc.get("metadata") or {}).get("resourceVersion", "")
         if list_rv and list_rv != "0":
-            vector[part.slot] = rvcodec.decode(list_rv, epoch=epoch, slots=slots)[part.slot]
+            vector[part.slot] = codec.decode(list_rv)[part.slot]
         if merged is None:
             merged = doc
             rows_key = "rows" if doc.get("kind") == "Table" else "items"
@@ -99,24 +111,57 @@ def merge_lists(parts: Sequence[PartitionList], *, epoch: int, slots: int, keep:
     meta.pop("continue", None)
     meta.pop("remainingItemCount", None)
     if all(vector):
-        meta["resourceVersion"] = rvcodec.encode(epoch, vector)
+        meta["resourceVersion"] = codec.encode(vector)
     merged["metadata"] = meta
     merged[rows_key] = out_items
     return orjson.dumps(merged)
+
+
+def merge_protobuf_lists(parts: Sequence[PartitionList], *, codec: rvcodec.RVCodec, keep: KeepFn | None) -> bytes:
+    """`merge_lists` for Kubernetes protobuf lists (`routing.protobuf`): item bytes are copied,
+    only their resourceVersion fields change. Raises ValueError (ProtobufError) for a body that
+    is not a protobuf list; RVUnencodable if no epoch fits the list RV vector."""
+    vector = [0] * len(codec.space)
+    envelope: pb.Envelope | None = None
+    items: list[bytes] = []
+    for part in parts:
+        translate = object_translator(codec, part.slot)
+
+        def to_object(_: pb.RVField, value: str, translate: Callable[[int], bytes | None] = translate) -> str | None:
+            number = rvcodec.parse_number(value)
+            if number is None or not 0 < number < rvcodec.NATIVE_LIMIT:
+                return None
+            new = translate(number)
+            return new.decode() if new is not None else None
+
+        env, list_meta, raw_items = pb.list_items(part.body)
+        list_rv = pb.list_meta_rv(list_meta)
+        if list_rv.isdigit() and list_rv != "0":
+            vector[part.slot] = int(list_rv)
+        if envelope is None:
+            envelope = env
+        for item in raw_items:
+            meta = pb.item_meta(item)
+            if keep is not None and not keep(part.partition, {"metadata": {"namespace": meta.namespace, "name": meta.name}}):
+                continue
+            items.append(pb.rewrite_item_rvs(item, to_object))
+    if envelope is None:
+        raise ValueError("no partition answered")
+    list_rv = codec.encode(vector) if all(vector) else ""
+    return pb.build_list(envelope, list_rv, items)
 
 
 @dataclass(slots=True)
 class WatchMerge:
     """The state of one union watch (see module docstring). Not thread-safe; one per stream.
 
-    space: the partitions of the RV space (slot order); start: the starting vector (zeros when
-    the client started from "" or "0"); initial: partitions still sending initial events;
-    client_initial_events: the client asked sendInitialEvents=true (write the merged end bookmark);
-    bookmarks: the client asked allowWatchBookmarks=true.
+    codec: the RV space's codec (partitions in slot order, the shared epoch table); start: the
+    starting vector (zeros when the client started from "" or "0"); initial: partitions still
+    sending initial events; client_initial_events: the client asked sendInitialEvents=true
+    (write the merged end bookmark); bookmarks: the client asked allowWatchBookmarks=true.
     """
 
-    epoch: int
-    space: tuple[str, ...]
+    codec: rvcodec.RVCodec
     start: tuple[int, ...]
     initial: set[str]
     client_initial_events: bool
@@ -125,27 +170,57 @@ class WatchMerge:
     vector: list[int] = field(default_factory=list)
     last_written: str = ""
     finished: bool = False
-    _template: dict[str, Any] | None = None
+    _template: tuple[str, str] = ("", "")  # (apiVersion, kind) of bookmarks
 
     def __post_init__(self) -> None:
         self.vector = list(self.start)
 
     @property
-    def rv(self) -> str:
-        """The current vector as a proxy RV."""
-        return rvcodec.encode(self.epoch, self.vector)
+    def space(self) -> tuple[str, ...]:
+        return self.codec.space
 
-    def _bookmark(self, *, end: bool) -> bytes:
-        obj = dict(self._template or {"kind": "", "apiVersion": ""})
-        meta: dict[str, Any] = {"resourceVersion": self.rv}
-        if end:
-            meta["annotations"] = {INITIAL_EVENTS_END: "true"}
-        obj["metadata"] = meta
-        self.last_written = self.rv
-        return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+    @property
+    def rv(self) -> str:
+        """The current vector as a proxy RV. Raises RVUnencodable."""
+        return self.codec.encode(self.vector)
+
+    # -- shared state transitions -------------------------------------------------------------
+
+    def _bookmark_rv(self, partition: str, native: int, *, end: bool) -> tuple[str, bool] | None:
+        """Advance on an upstream bookmark; return (rv, is_end) of the merged bookmark to write,
+        or None."""
+        slot = self.space.index(partition)
+        self.vector[slot] = max(self.vector[slot], native)
+        if end and partition in self.initial:
+            self.initial.discard(partition)
+            if not self.initial and self.client_initial_events:
+                rv = self.rv
+                self.last_written = rv
+                return rv, True
+            return None
+        if self.bookmarks and not self.initial and all(self.vector):
+            rv = self.rv
+            if rvcodec.compare(rv, self.last_written) > 0:
+                self.last_written = rv
+                return rv, False
+        return None
+
+    def _event_rv(self, partition: str, kind: str, native: int) -> str:
+        """Advance on an upstream event; return the RV to stamp on it."""
+        slot = self.space.index(partition)
+        if kind == "ADDED" and partition in self.initial:
+            # An initial event: the object's own RV (initial events are in no RV order).
+            return self.codec.object_rv(slot, native) if native else ""
+        self.vector[slot] = max(self.vector[slot], native)
+        stamp = self.codec.encode(rvcodec_with_slot(self.vector, slot, native))
+        if rvcodec.compare(stamp, self.last_written) > 0:
+            self.last_written = stamp
+        return stamp
+
+    # -- JSON ---------------------------------------------------------------------------------
 
     def on_line(self, partition: str, line: bytes) -> list[bytes]:
-        """Consume one upstream event line; return the lines to write downstream."""
+        """Consume one upstream JSON event line; return the lines to write downstream."""
         if self.finished:
             return []
         event = orjson.loads(line)
@@ -156,24 +231,94 @@ class WatchMerge:
                 message = f"partition {partition}: {obj.get('message', 'too old resource version')}"
                 return [watch_error_event(expired(message))]
             return [orjson.dumps(event) + b"\n"]
-        slot = self.space.index(partition)
         native = native_rv(obj)
-        self.vector[slot] = max(self.vector[slot], native)
-        if kind == "BOOKMARK":
-            self._template = {"kind": obj.get("kind", ""), "apiVersion": obj.get("apiVersion", "")}
-            annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            if annotations.get(INITIAL_EVENTS_END) == "true" and partition in self.initial:
-                self.initial.discard(partition)
-                if not self.initial and self.client_initial_events:
-                    return [self._bookmark(end=True)]
+        try:
+            if kind == "BOOKMARK":
+                self._template = (obj.get("apiVersion", ""), obj.get("kind", ""))
+                annotations = (obj.get("metadata") or {}).get("annotations") or {}
+                out = self._bookmark_rv(partition, native, end=annotations.get(INITIAL_EVENTS_END) == "true")
+                return [self._json_bookmark(*out)] if out is not None else []
+            if self.keep is not None and not self.keep(partition, obj):
+                self.vector[self.space.index(partition)] = max(self.vector[self.space.index(partition)], native)
                 return []
-            if self.bookmarks and not self.initial and all(self.vector):
-                if rvcodec.compare(self.rv, self.last_written) > 0:
-                    return [self._bookmark(end=False)]
+            stamp = self._event_rv(partition, kind, native)
+        except rvcodec.RVUnencodable as exc:
+            self.finished = True
+            return [watch_error_event(expired(f"resourceVersion cannot be encoded: {exc}"))]
+        slot = self.space.index(partition)
+        body = translate_natives(line.rstrip(b"\n"), object_translator(self.codec, slot))
+        if stamp:
+            paths = _TABLE_EVENT_OWN_RV if obj.get("kind") == "Table" else _EVENT_OWN_RV
+            body = replace_spans(body, find_values(body, paths, limit=0 if obj.get("kind") == "Table" else 1), stamp.encode())
+        return [body + b"\n"]
+
+    def _json_bookmark(self, rv: str, end: bool) -> bytes:
+        api_version, kind = self._template
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if end:
+            meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+        return orjson.dumps({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": meta}}) + b"\n"
+
+    # -- protobuf -----------------------------------------------------------------------------
+
+    def on_frame(self, partition: str, frame: bytes) -> list[bytes]:
+        """Consume one upstream protobuf watch frame (payload without its length); return the
+        framed bytes to write downstream. Raises ValueError (ProtobufError) for a bad frame."""
+        if self.finished:
             return []
-        if self.keep is not None and not self.keep(partition, obj):
-            return []
-        stamp = rvcodec.encode(self.epoch, rvcodec.with_slot(self.vector, slot, native))
-        if rvcodec.compare(stamp, self.last_written) > 0:
-            self.last_written = stamp
-        return [set_all_rvs(line.rstrip(b"\n"), stamp.encode()) + b"\n"]
+        event = pb.decode_watch_event(frame)
+        kind, obj = event.type, event.object
+        if kind == "ERROR":
+            self.finished = True
+            status = pb.status_fields(obj)
+            if status.code == 410:
+                message = f"partition {partition}: {status.message or 'too old resource version'}"
+                return [pb.encode_frame(pb.encode_watch_event("ERROR", pb.status_object(code=410, reason="Expired", message=message)))]
+            return [pb.encode_frame(frame)]
+        rv_text = pb.object_rv(obj)
+        native = int(rv_text) if rv_text.isdigit() and len(rv_text) < 20 else 0
+        try:
+            if kind == "BOOKMARK":
+                env = pb.decode_envelope(obj)
+                self._template = (env.api_version, env.kind)
+                end = pb.object_annotations(obj).get(INITIAL_EVENTS_END) == "true"
+                out = self._bookmark_rv(partition, native, end=end)
+                if out is None:
+                    return []
+                rv, is_end = out
+                bookmark = pb.bookmark_object(
+                    api_version=env.api_version,
+                    kind=env.kind,
+                    resource_version=rv,
+                    annotations={INITIAL_EVENTS_END: "true"} if is_end else {},
+                )
+                return [pb.encode_frame(pb.encode_watch_event("BOOKMARK", bookmark))]
+            if self.keep is not None:
+                meta = pb.object_item_meta(obj)
+                if not self.keep(partition, {"metadata": {"namespace": meta.namespace, "name": meta.name}}):
+                    self.vector[self.space.index(partition)] = max(self.vector[self.space.index(partition)], native)
+                    return []
+            stamp = self._event_rv(partition, kind, native)
+        except rvcodec.RVUnencodable as exc:
+            self.finished = True
+            expired_status = pb.status_object(code=410, reason="Expired", message=f"resourceVersion cannot be encoded: {exc}")
+            return [pb.encode_frame(pb.encode_watch_event("ERROR", expired_status))]
+        translate = object_translator(self.codec, self.space.index(partition))
+
+        def fn(where: pb.RVField, value: str) -> str | None:
+            if where is pb.RVField.OWN and stamp:
+                return stamp
+            number = rvcodec.parse_number(value)
+            if number is None or not 0 < number < rvcodec.NATIVE_LIMIT:
+                return None
+            new = translate(number)
+            return new.decode() if new is not None else None
+
+        return [pb.encode_frame(pb.encode_watch_event(kind, pb.rewrite_rvs(obj, fn)))]
+
+
+def rvcodec_with_slot(vector: Sequence[int], slot: int, native: int) -> list[int]:
+    """The vector with one slot replaced."""
+    out = list(vector)
+    out[slot] = native
+    return out

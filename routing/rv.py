@@ -1,66 +1,110 @@
-"""The proxy resourceVersion codec (DESIGN §5).
+"""The proxy resourceVersion codec: numbers only, no I/O (docs/resource-versions.md).
 
-A proxy RV encodes an RV vector: one native resourceVersion per partition slot of a merged
-resource (all tenant partitions, or all resource partitions, in configuration order). Layout,
-all decimal digits:
+A merged resource (nodes over every resource partition, pods over every tenant partition, ...)
+has one RV space: the partitions whose native RVs together say where a client is. The proxy
+speaks its own RVs for such resources, positive decimal integers of at most 128 bits without
+leading zeros (KEP-5504 "Comparable Resource Version", GA in Kubernetes 1.35; the conformance
+matcher `HaveValidResourceVersion` in test/e2e/common/apimachinery/resourceversion_matchers.go
+checks `0 < rv < 2**128`). Two forms share the number line, told apart by their magnitude:
 
-    "1" | epoch (3 digits, 000-999) | slot 0 (20 digits) | slot 1 (20 digits) | ...
+    [1, 2**64)           native RVs (etcd revisions): never emitted for a merged resource
+    [2**100, 2**100+2**96)  OBJECT form: 2**100 | partition id << 64 | native
+                         one partition's native RV (list items, single-partition answers).
+                         Needs no table: the partition id is a 32-bit hash of its name.
+    [2**104, 2**128)     VECTOR form: epoch << 104 | field_0 | field_1 | ...
+                         every partition's position (list RVs, watch events, bookmarks).
 
-20 digits hold any uint64 (etcd revisions are int64). The leading `1` keeps the number free of
-leading zeros, as KEP-5504 ("Comparable Resource Version", GA in 1.35) requires of RVs: positive
-decimal integers compared by length, then lexically. With fixed-width slots, a vector whose
-fields only grow encodes to a string that grows, so a union watch's RVs strictly increase.
-Any replica with the same configuration (same epoch, same partition order) decodes any other
-replica's RVs: the codec keeps no table.
+A vector-form RV names an EPOCH of a table all replicas share (kept in the system partition,
+`proxy.rv_epochs`). An epoch fixes the partitions of the space, the bits per field and a base
+vector; field i holds `native_i - base_i + 1`, or 0 when the vector does not know partition i.
+Fields are fixed-width, most significant first, so within an epoch a vector that grows in any
+slot encodes to a greater number; epochs only grow and bases never decrease, so encoding in the
+newest epoch that fits is monotonic across epochs too (`EpochTable.encode`). KEP-5504 compares
+RVs by length, then lexically, which for these integers is numeric order.
 
-Errors: `decode` raises `RVError` for anything that is not a proxy RV of this epoch and width;
-callers answer such RVs with 410 Expired so the client relists (client-go's reflector treats
-reason `Expired` as "relist", `k8s.io/client-go/tools/cache/reflector.go` isExpiredError).
+Errors: every decoding failure is an `RVError`: `RVMalformed` for a value that is not an RV the
+proxy issues, `RVTooOld` for an epoch the table no longer (or not yet) holds, `RVNotInSpace` for
+an RV that does not name the partition asked about. `RVUnencodable` when no epoch fits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-SLOT_DIGITS = 20  # digits per partition slot: len(str(2**64 - 1)) == 20
-EPOCH_DIGITS = 3  # config epochs 000..999; an epoch change invalidates outstanding RVs
-_HEADER = 1 + EPOCH_DIGITS
-_MAX_NATIVE = 10**SLOT_DIGITS - 1
+RV_BITS = 128  # KEP-5504 / HaveValidResourceVersion: at most 128 bits
+EPOCH_BITS = 24  # 16.7 million epochs; one per ~hour at 5,000 writes/s with 4 partitions
+FIELD_BITS = RV_BITS - EPOCH_BITS  # bits shared by the partition fields of a vector RV
+MAX_SLOT_BITS = 64  # a field holds native - base + 1 with natives below 2**63 (etcd int64)
+NATIVE_LIMIT = 1 << 64  # native RVs are below this; proxy RVs are above
+OBJECT_MARKER = 1 << 100  # object-form RVs: [2**100, 2**100 + 2**96)
+_OBJECT_END = OBJECT_MARKER + (1 << 96)
+_VECTOR_START = 1 << FIELD_BITS  # vector-form RVs have an epoch >= 1 in the top bits
+_RV_LIMIT = 1 << RV_BITS
+_MAX_DIGITS = len(str(_RV_LIMIT - 1))  # 39
+_NATIVE_MASK = NATIVE_LIMIT - 1
+_ID_MASK = (1 << 32) - 1
 
 
 class RVError(ValueError):
-    """The string is not a proxy RV this configuration can decode."""
+    """A resourceVersion the proxy cannot use for this request."""
 
 
-def proxy_rv_length(slots: int) -> int:
-    """Length in characters of a proxy RV with `slots` partition slots."""
-    return _HEADER + SLOT_DIGITS * slots
+class RVMalformed(RVError):
+    """Not a resourceVersion the proxy issues (garbage, leading zeros, over 128 bits, padding)."""
 
 
-def is_proxy_rv(rv: str, slots: int) -> bool:
-    """True when `rv` has the shape of a proxy RV with `slots` slots (digits, right length)."""
-    return len(rv) == proxy_rv_length(slots) and rv[0] == "1" and rv.isdigit() and rv.isascii()
+class RVTooOld(RVError):
+    """A vector RV of an epoch the table does not hold: dropped (too old) or not yet known.
+    `epoch` is the epoch number the RV names."""
+
+    def __init__(self, message: str, epoch: int) -> None:
+        super().__init__(message)
+        self.epoch = epoch
 
 
-def encode(epoch: int, vector: Sequence[int]) -> str:
-    """Encode an RV vector. Raises RVError for an epoch or native RV out of range."""
-    if not 0 <= epoch < 10**EPOCH_DIGITS:
-        raise RVError(f"epoch {epoch} out of range")
-    parts = ["1", str(epoch).zfill(EPOCH_DIGITS)]
-    for native in vector:
-        if not 0 <= native <= _MAX_NATIVE:
-            raise RVError(f"native resourceVersion {native} out of range")
-        parts.append(str(native).zfill(SLOT_DIGITS))
-    return "".join(parts)
+class RVNotInSpace(RVError):
+    """A well-formed RV that does not name a position in the partition asked about."""
 
 
-def decode(rv: str, *, epoch: int, slots: int) -> tuple[int, ...]:
-    """Decode a proxy RV into its vector. Raises RVError if it is not one of ours."""
-    if not is_proxy_rv(rv, slots):
-        raise RVError(f"not a proxy resourceVersion: {rv[:64]!r}")
-    if int(rv[1:_HEADER]) != epoch:
-        raise RVError(f"resourceVersion from another configuration epoch: {rv[1:_HEADER]}")
-    return tuple(int(rv[i : i + SLOT_DIGITS]) for i in range(_HEADER, len(rv), SLOT_DIGITS))
+class RVUnencodable(RVError):
+    """No epoch of the table can encode this vector (the table is behind the partitions)."""
+
+
+def partition_id(name: str) -> int:
+    """The 32-bit id of a partition in object-form RVs: the first 4 bytes of SHA-256(name)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+
+
+def natural_slot_bits(partitions: int) -> int:
+    """Bits per field when `partitions` share the 104 field bits (2: 52, 4: 26, 8: 13, 16: 6)."""
+    if partitions < 1:
+        raise ValueError("an RV space has at least one partition")
+    return min(MAX_SLOT_BITS, FIELD_BITS // partitions)
+
+
+def parse_number(rv: str) -> int | None:
+    """The integer a canonical decimal RV denotes, None when `rv` is not one (empty, signs,
+    spaces, leading zeros, more than 39 digits: KEP-5504 canonical form)."""
+    if not rv or len(rv) > _MAX_DIGITS or not rv.isascii() or not rv.isdigit() or (rv[0] == "0" and rv != "0"):
+        return None
+    return int(rv)
+
+
+def is_proxy_rv(rv: str) -> bool:
+    """True when `rv` is shaped like a proxy RV (object or vector form, below 2**128).
+    Says nothing about whether this replica's table can decode it."""
+    value = parse_number(rv)
+    return value is not None and NATIVE_LIMIT <= value < _RV_LIMIT
+
+
+def is_valid_rv(rv: str) -> bool:
+    """KEP-5504 / HaveValidResourceVersion: a positive decimal integer of at most 128 bits
+    without leading zeros."""
+    value = parse_number(rv)
+    return value is not None and 0 < value < _RV_LIMIT
 
 
 def compare(a: str, b: str) -> int:
@@ -69,30 +113,284 @@ def compare(a: str, b: str) -> int:
     return (ka > kb) - (ka < kb)
 
 
-def with_slot(vector: Sequence[int], slot: int, native: int) -> tuple[int, ...]:
-    """The vector with one slot replaced."""
-    out = list(vector)
-    out[slot] = native
-    return tuple(out)
+# -- object form ---------------------------------------------------------------------------
 
 
-def single_slot(slots: int, slot: int, native: int) -> tuple[int, ...]:
-    """A vector that names one partition's native RV and zeros elsewhere (list items and
-    single-partition answers of merged resources)."""
-    return with_slot((0,) * slots, slot, native)
+def object_rv(partition: str, native: int) -> str:
+    """The object-form RV of `native` in `partition`. Raises RVUnencodable for a native out of
+    range (0 is not an RV; natives are below 2**64)."""
+    if not 0 < native < NATIVE_LIMIT:
+        raise RVUnencodable(f"native resourceVersion {native} out of range")
+    return str(OBJECT_MARKER | (partition_id(partition) << 64) | native)
 
 
-def to_native(rv: str, *, epoch: int, slots: int, slot: int) -> str | None:
-    """Translate a client's RV for one partition slot of a merged resource.
+@dataclass(frozen=True, slots=True)
+class ObjectRV:
+    partition_id: int
+    native: int
 
-    Returns None when `rv` is not shaped like a proxy RV (a native RV a protobuf client got from
-    a single-partition answer, "0", or garbage the partition judges itself). Raises RVError when
-    it is shaped like one but cannot be used: another epoch, or a vector that does not know this
-    partition's position (zero slot).
-    """
-    if not is_proxy_rv(rv, slots):
+
+# -- epochs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """One epoch of an RV space: `partitions` in slot order, `slot_bits` bits per field and the
+    `base` vector the fields count from."""
+
+    number: int
+    partitions: tuple[str, ...]
+    slot_bits: int
+    base: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not 0 < self.number < (1 << EPOCH_BITS):
+            raise ValueError(f"epoch {self.number} out of range")
+        if len(self.base) != len(self.partitions) or not self.partitions:
+            raise ValueError("an epoch has one base per partition")
+        if not 1 <= self.slot_bits <= natural_slot_bits(len(self.partitions)):
+            raise ValueError(f"slot_bits {self.slot_bits} does not fit {len(self.partitions)} partitions")
+        if any(b < 0 or b >= NATIVE_LIMIT for b in self.base):
+            raise ValueError("base RVs are natives")
+
+    @property
+    def capacity(self) -> int:
+        """Native RVs one field can span: base .. base + capacity - 1."""
+        return (1 << self.slot_bits) - 1
+
+    def encode(self, vector: Sequence[int]) -> int | None:
+        """The vector as an integer of this epoch, None when some known slot does not fit.
+        `vector` is aligned with `partitions`; 0 means unknown."""
+        value = self.number
+        cap = self.capacity
+        for native, base in zip(vector, self.base):
+            if native:
+                offset = native - base + 1
+                if not 0 < offset <= cap:
+                    return None
+            else:
+                offset = 0
+            value = (value << self.slot_bits) | offset
+        return value << (FIELD_BITS - self.slot_bits * len(self.base))
+
+    def decode(self, value: int) -> tuple[int, ...]:
+        """The vector (0 = unknown) of an integer of this epoch. Raises RVMalformed."""
+        bits = self.slot_bits
+        n = len(self.base)
+        padding = FIELD_BITS - bits * n
+        if value & ((1 << padding) - 1):
+            raise RVMalformed("resourceVersion has bits where this epoch has none")
+        fields = value >> padding
+        mask = (1 << bits) - 1
+        out = [0] * n
+        for i in range(n - 1, -1, -1):
+            offset = fields & mask
+            fields >>= bits
+            out[i] = self.base[i] + offset - 1 if offset else 0
+        return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochTable:
+    """Every epoch replicas may meet, ascending by number (`proxy.rv_epochs` keeps it shared)."""
+
+    epochs: tuple[Epoch, ...] = ()
+    _by_number: Mapping[int, Epoch] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        numbers = [e.number for e in self.epochs]
+        if numbers != sorted(set(numbers)):
+            raise ValueError("epochs must be unique and ascending")
+        for older, newer in _same_space_pairs(self.epochs):
+            if any(n < o for o, n in zip(older.base, newer.base)):
+                raise ValueError(f"epoch {newer.number}: a base went down (bases never decrease)")
+        object.__setattr__(self, "_by_number", {e.number: e for e in self.epochs})
+
+    @property
+    def newest_number(self) -> int:
+        return self.epochs[-1].number if self.epochs else 0
+
+    def get(self, number: int) -> Epoch | None:
+        return self._by_number.get(number)
+
+    def newest(self, partitions: tuple[str, ...]) -> Epoch | None:
+        """The newest epoch of this exact partition list, if any."""
+        for epoch in reversed(self.epochs):
+            if epoch.partitions == partitions:
+                return epoch
         return None
-    native = decode(rv, epoch=epoch, slots=slots)[slot]
-    if native == 0:
-        raise RVError("resourceVersion does not name a position in this partition")
-    return str(native)
+
+    def encode(self, partitions: tuple[str, ...], vector: Sequence[int]) -> str:
+        """The vector-form RV of `vector` (aligned with `partitions`, 0 = unknown) in the newest
+        epoch of these partitions that fits it. Raises RVUnencodable."""
+        for epoch in reversed(self.epochs):
+            if epoch.partitions != partitions:
+                continue
+            value = epoch.encode(vector)
+            if value is not None:
+                return str(value)
+        raise RVUnencodable(f"no epoch of the resourceVersion table fits the position {list(vector)} of {list(partitions)}")
+
+    def decode_vector(self, value: int) -> tuple[Epoch, tuple[int, ...]]:
+        """The epoch and vector of a vector-form integer. Raises RVTooOld, RVMalformed."""
+        number = value >> FIELD_BITS
+        epoch = self._by_number.get(number)
+        if epoch is None:
+            newest = self.newest_number
+            when = "is newer than this replica knows" if number > newest else "is too old"
+            raise RVTooOld(f"resourceVersion epoch {number} {when} (newest known: {newest})", number)
+        return epoch, epoch.decode(value & ((1 << FIELD_BITS) - 1))
+
+
+def _same_space_pairs(epochs: Iterable[Epoch]) -> Iterable[tuple[Epoch, Epoch]]:
+    last: dict[tuple[str, ...], Epoch] = {}
+    for epoch in epochs:
+        previous = last.get(epoch.partitions)
+        if previous is not None:
+            yield previous, epoch
+        last[epoch.partitions] = epoch
+
+
+# Publication policy: a new epoch is published once any field of the newest one has used half
+# its range, and its base trails the partitions' current RVs by a quarter of the range, so a
+# watch that lags the newest writes by up to that much still encodes in it, and the remaining
+# three quarters are headroom for writes before the next publication is seen by every replica.
+PUBLISH_AT = 2  # publish when used >= capacity / PUBLISH_AT
+LAG_ALLOWANCE = 4  # new base = current - capacity / LAG_ALLOWANCE
+
+
+def next_epoch(table: EpochTable, partitions: tuple[str, ...], current: Sequence[int], *, slot_bits: int) -> Epoch | None:
+    """The epoch to publish for `partitions` given their `current` native RVs, or None while
+    the newest epoch of these partitions still has headroom. Pure: the caller writes it."""
+    newest = table.newest(partitions)
+    lag = ((1 << slot_bits) - 1) // LAG_ALLOWANCE
+    if newest is not None:
+        half = newest.capacity // PUBLISH_AT
+        used = [c - b + 1 for c, b in zip(current, newest.base)]
+        if max(used) < half:
+            return None
+        # Only the fields that need room move: a partition with few writes keeps its base, so a
+        # watch that has not heard from it for a while (bookmarks come about once a minute)
+        # still encodes in the new epoch.
+        base = tuple(max(b, c - lag) if u >= half else b for b, c, u in zip(newest.base, current, used))
+    else:
+        base = tuple(max(0, c - lag) for c in current)
+    return Epoch(table.newest_number + 1, partitions, slot_bits, base)
+
+
+def with_epoch(table: EpochTable, epoch: Epoch, *, retain: int) -> EpochTable:
+    """`table` plus `epoch`, keeping the newest `retain` epochs of each partition list."""
+    epochs = [*table.epochs, epoch]
+    kept: list[Epoch] = []
+    counts: dict[tuple[str, ...], int] = {}
+    for e in reversed(epochs):
+        counts[e.partitions] = counts.get(e.partitions, 0) + 1
+        if counts[e.partitions] <= retain:
+            kept.append(e)
+    return EpochTable(tuple(reversed(kept)))
+
+
+def table_to_json(table: EpochTable) -> str:
+    """The table as stored in the system partition (base RVs as strings: they are uint64)."""
+    return json.dumps(
+        {
+            "version": 1,
+            "epochs": [
+                {"epoch": e.number, "partitions": list(e.partitions), "slotBits": e.slot_bits, "base": [str(b) for b in e.base]}
+                for e in table.epochs
+            ],
+        },
+        separators=(",", ":"),
+    )
+
+
+def table_from_json(text: str) -> EpochTable:
+    """Parse `table_to_json`'s output. Raises ValueError naming what is wrong."""
+    try:
+        doc = json.loads(text)
+        if doc.get("version") != 1:
+            raise ValueError(f"unknown table version {doc.get('version')!r}")
+        epochs = tuple(
+            Epoch(int(e["epoch"]), tuple(str(p) for p in e["partitions"]), int(e["slotBits"]), tuple(int(b) for b in e["base"]))
+            for e in doc["epochs"]
+        )
+    except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"malformed resourceVersion table: {exc!r}") from None
+    return EpochTable(epochs)
+
+
+# -- one RV space --------------------------------------------------------------------------
+
+
+class RVCodec:
+    """The codec of one RV space: `space` (partitions in slot order) and the current table.
+
+    Mutable only through `set_table` (a plain assignment: atomic on the event loop); every
+    other method is a pure computation over the table it finds.
+    """
+
+    __slots__ = ("space", "table", "_ids", "_id_of_slot", "_slot_bits")
+
+    def __init__(self, space: tuple[str, ...], table: EpochTable | None = None) -> None:
+        self.space = space
+        self.table = table or EpochTable()
+        self._id_of_slot = tuple(partition_id(p) for p in space)
+        self._ids = {pid: i for i, pid in enumerate(self._id_of_slot)}
+        if len(self._ids) != len(space):
+            raise ValueError(f"partition names {list(space)} collide in object-form RVs")
+
+    def set_table(self, table: EpochTable) -> None:
+        self.table = table
+
+    def encode(self, vector: Sequence[int]) -> str:
+        """The vector-form RV of `vector` (slot order, 0 = unknown). Raises RVUnencodable."""
+        return self.table.encode(self.space, vector)
+
+    def object_rv(self, slot: int, native: int) -> str:
+        """The object-form RV of one partition's native RV. Raises RVUnencodable."""
+        if not 0 < native < NATIVE_LIMIT:
+            raise RVUnencodable(f"native resourceVersion {native} out of range")
+        return str(OBJECT_MARKER | (self._id_of_slot[slot] << 64) | native)
+
+    def decode(self, rv: str) -> tuple[int, ...]:
+        """The vector (slot order, 0 = unknown) a proxy RV names: one slot for the object form,
+        the partitions of its epoch that are in this space for the vector form. Raises
+        RVMalformed (not a proxy RV), RVTooOld (epoch not held), RVNotInSpace (names none of
+        this space's partitions)."""
+        value = parse_number(rv)
+        if value is None or not NATIVE_LIMIT <= value < _RV_LIMIT:
+            raise RVMalformed(f"not a proxy resourceVersion: {rv[:64]!r}")
+        out = [0] * len(self.space)
+        if value >= _VECTOR_START:
+            epoch, vector = self.table.decode_vector(value)
+            if epoch.partitions == self.space:
+                return vector
+            for name, native in zip(epoch.partitions, vector):
+                if native and name in self.space:
+                    out[self.space.index(name)] = native
+        elif OBJECT_MARKER <= value < _OBJECT_END:
+            slot = self._ids.get((value >> 64) & _ID_MASK)
+            native = value & _NATIVE_MASK
+            if slot is None or not native:
+                raise RVNotInSpace("resourceVersion names a partition outside this resource's partitions")
+            out[slot] = native
+        else:
+            raise RVMalformed(f"not a proxy resourceVersion: {rv[:64]!r}")
+        if not any(out):
+            raise RVNotInSpace("resourceVersion names none of this resource's partitions")
+        return tuple(out)
+
+    def native_for(self, rv: str, slot: int) -> str | None:
+        """What to send partition `slot` for a client's RV: None to send the value as it is
+        ("", "0", a native-sized number, anything not numeric: the partition judges those
+        itself), else the partition's native RV. Raises RVError for a proxy-sized RV that does
+        not name a position in that partition."""
+        value = parse_number(rv)
+        if value is None or value < NATIVE_LIMIT:
+            if value is None and rv.isascii() and rv.isdigit() and len(rv) > 1:
+                raise RVMalformed(f"not a proxy resourceVersion: {rv[:64]!r}")
+            return None
+        native = self.decode(rv)[slot]
+        if not native:
+            raise RVNotInSpace(f"resourceVersion names no position in partition {self.space[slot]}")
+        return str(native)

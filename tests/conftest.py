@@ -4,40 +4,24 @@ proxy in front (`kube`), and a per-test name suffix (`unique`). Helpers live in 
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, find_kubectl
-from hack.proxy_process import ProxyProcess
-from tests.federation import TEST_CACHES, TEST_CONFIG, Kube
+from tests import rvscan
+from tests.federation import TEST_CACHES, TEST_CONFIG, Kube, running_federation
 
 
-def _binaries_present() -> bool:
-    return all((DEFAULT_BIN_DIR / b).exists() for b in ("kube-apiserver", "etcd"))
+def pytest_configure(config: pytest.Config) -> None:
+    rvscan.install()
 
 
 @pytest.fixture(scope="session")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
-    if not _binaries_present():
-        message = f"real kube-apiserver/etcd missing in {DEFAULT_BIN_DIR}: run `make test` (hack/build-components.sh)"
-        if os.environ.get("REQUIRE_REAL_PARTITIONS"):
-            pytest.fail(message)
-        pytest.skip(message)  # REQUIRE_REAL_PARTITIONS unset: a developer machine without Go
-    root = tmp_path_factory.mktemp("federation")
-    fed = Federation(root)
-    fed.start()
-    proxy = None
-    try:
-        proxy = ProxyProcess(fed, root / "proxy", caches=TEST_CACHES, extra=TEST_CONFIG).start()
-        admin = fed.issue_client_kubeconfig("admin-through-proxy", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)
-        yield Kube(fed=fed, proxy=proxy, kubectl_path=find_kubectl(), admin=admin)
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        fed.stop()
+    """2 TPs x 2 RPs of real kube-apiservers and the proxy, once per test session."""
+    with running_federation(tmp_path_factory.mktemp("federation"), caches=TEST_CACHES, extra=TEST_CONFIG) as kube:
+        yield kube
 
 
 @pytest.fixture
@@ -46,9 +30,24 @@ def unique() -> str:
     return uuid.uuid4().hex[:6]
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Any resourceVersion through a proxy that breaks the invariant fails the run."""
+    if rvscan.SCANNER.violations and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Report how many fuzz cases ran against the proxy (tests/integration/test_fuzz.py)."""
+    """Report the resourceVersion scan and how many fuzz cases ran against the proxy."""
     from tests.integration.test_fuzz import STATS
+
+    scan = rvscan.SCANNER
+    if scan.bodies:
+        terminalreporter.write_line(
+            f"resourceVersion scan: {scan.bodies} bodies through the proxy, {scan.rvs} resourceVersions, "
+            f"{len(scan.violations)} violations"
+        )
+    for violation in scan.violations[:20]:
+        terminalreporter.write_line(f"  RV VIOLATION {violation}")
 
     if STATS["cases"]:
         terminalreporter.write_line(

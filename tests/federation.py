@@ -6,15 +6,25 @@ helpers tests use to talk to it.
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import subprocess
 import urllib.request
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from hack.federation import PROXY_ADMINS_GROUP, Federation
+import pytest
+
+from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, find_kubectl
 from hack.proxy_process import ProxyProcess
+from routing import rv as rvcodec
+from tests import rvscan
+
+RV_TABLE = ("kube-system", "partition-proxy-resource-versions")  # the proxy's default
 
 # The proxy's default caches plus one filtered by label, to tell narrower from wider selectors.
 TEST_CACHES = [
@@ -26,6 +36,13 @@ TEST_CONFIG = {
     "auth": {"token_review_partition": "tp1"},
     "limits": {"max_watches_per_identity": 1000, "watch_write_timeout_seconds": 5},
 }
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl run; its message carries kubectl's stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\nstderr: {self.stderr.strip()[:2000]}"
 
 
 @dataclass(frozen=True)
@@ -41,13 +58,24 @@ class Kube:
     def direct(self, partition: str) -> Path:
         return self.fed.partition(partition).admin_kubeconfig
 
+    def rv_codec(self, space: tuple[str, ...]) -> rvcodec.RVCodec:
+        """A codec of proxy resourceVersions for `space` with the epoch table read straight
+        from the system partition (tp1), as any replica reads it."""
+        return rv_codec(self.fed, space)
+
     def kubectl(self, *args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 60) -> str:
         """Run the real kubectl; returns stdout. Raises CalledProcessError (check=True)."""
         cmd = [self.kubectl_path, "--kubeconfig", str(kubeconfig or self.admin), *args]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
-            raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
+            raise KubectlError(done.returncode, cmd, done.stdout, done.stderr)
+        if self.through_proxy(kubeconfig) and done.stdout.lstrip().startswith(("{", "apiVersion:", "kind:")):
+            rvscan.SCANNER.scan_text(done.stdout, where="kubectl " + " ".join(args), merged_url=False)
         return done.stdout
+
+    def through_proxy(self, kubeconfig: Path | None) -> bool:
+        """Whether a kubeconfig talks to a proxy (not straight to a partition)."""
+        return kubeconfig is None or kubeconfig not in {p.admin_kubeconfig for p in self.fed.partitions}
 
     def create(self, obj: dict[str, object], *, kubeconfig: Path | None = None) -> None:
         """`kubectl create -f -` of one object (JSON)."""
@@ -84,6 +112,53 @@ class Kube:
         ctx = ssl.create_default_context(cafile=str(self.fed.ca_file))
         ctx.load_cert_chain(crt, key)
         return ctx
+
+
+def require_binaries(*names: str) -> None:
+    """Fail (REQUIRE_REAL_PARTITIONS=1, as in CI) or skip (a developer machine without Go) when
+    a real component is missing from .local/bin."""
+    missing = [n for n in names if not (DEFAULT_BIN_DIR / n).exists()]
+    if not missing:
+        return
+    message = f"real {', '.join(missing)} missing in {DEFAULT_BIN_DIR}: run `make test` (hack/build-components.sh)"
+    if os.environ.get("REQUIRE_REAL_PARTITIONS"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@contextmanager
+def running_federation(
+    root: Path,
+    *,
+    tenant_partitions: int = 2,
+    resource_partitions: int = 2,
+    caches: Sequence[Mapping[str, Any]] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Iterator[Kube]:
+    """A federation of real partitions under `root` and one proxy in front of it, an admin
+    kubeconfig through the proxy; everything stopped on the way out."""
+    require_binaries("kube-apiserver", "etcd")
+    fed = Federation(root / "federation", tenant_partitions=tenant_partitions, resource_partitions=resource_partitions)
+    proxy = None
+    try:
+        fed.start()
+        proxy = ProxyProcess(fed, root / "proxy", caches=list(caches) if caches is not None else None, extra=extra).start()
+        admin = fed.issue_client_kubeconfig("admin-through-proxy", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)
+        yield Kube(fed=fed, proxy=proxy, kubectl_path=find_kubectl(), admin=admin)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        fed.stop()
+
+
+def rv_codec(fed: Federation, space: tuple[str, ...], *, system: str = "tp1") -> rvcodec.RVCodec:
+    """See Kube.rv_codec."""
+    namespace, name = RV_TABLE
+    out = subprocess.run(
+        [find_kubectl(), "--kubeconfig", str(fed.partition(system).admin_kubeconfig), "get", "configmap", "-n", namespace, name, "-o", "json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    return rvcodec.RVCodec(space, rvcodec.table_from_json(json.loads(out)["data"]["epochs"]))
 
 
 def pod(namespace: str, name: str, node: str) -> dict[str, object]:

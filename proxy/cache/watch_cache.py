@@ -1,14 +1,18 @@
 """The watch cache: one per configured cache, merging every partition of its role.
 
 Owns, per cached object, its compact JSON bytes (transformed once: managedFields and the
-last-applied annotation stripped by default, kind/apiVersion set, resourceVersion stamped with
-the proxy RV of the event that produced it) plus a small index (key, labels, selectable fields,
+last-applied annotation stripped by default, kind/apiVersion set, every native resourceVersion
+in it turned into the object-form proxy RV of its partition, which never expires) plus a small index (key, labels, selectable fields,
 owner's native RV); a bounded ring of recent events for resuming watches; the RV vector it has
 reached; and the cache watchers it fans events out to. It does no I/O: reflectors feed it,
 request handlers read it. Model: `k8s.io/apiserver/pkg/storage/cacher` (watchCache, cacheWatcher).
 
 Concurrency: every method that changes state is a plain `def` (no `await` inside), so each runs
 atomically on the event loop (STYLE §8). Readers get immutable bytes.
+
+Events carry the vector-form RV of the position after them (their `stamp`), written into the
+event's line once. A vector no epoch of the shared table can encode (the table fell far behind)
+ends every cache watcher with 410 and empties the ring: clients relist once it caught up.
 
 Resuming: the ring keeps, per partition, a floor: the native RV after which it holds every
 event of that partition. A client vector R can be resumed when floor[i] <= R[i] <= vector[i] for
@@ -24,14 +28,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from config.models import CacheConfig
 from routing import rv as rvcodec
 from routing.cache_policy import CacheSpec
-from routing.rvrewrite import set_all_rvs
+from routing.merge import object_translator
+from routing.rvjson import find_values, replace_spans, translate_natives
 from routing.selectors import FieldSelector, LabelSelector, selectable_fields
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -47,7 +52,7 @@ class CachedObject:
     native_rv: int
     labels: dict[str, str]
     fields: dict[str, str]
-    raw: bytes  # compact JSON of the object, resourceVersion = the proxy RV of its last event
+    raw: bytes  # compact JSON of the object, resourceVersions in object form (routing.rv)
 
 
 @dataclass(slots=True)
@@ -72,12 +77,18 @@ def exact_bytes(data: bytes) -> bytes:
     return bytes(memoryview(data))
 
 
-def event_line(kind: str, raw: bytes) -> bytes:
-    """A WatchEvent line around already-encoded object bytes (a copy, no re-encoding)."""
+def event_line(kind: str, raw: bytes, stamp: str = "") -> bytes:
+    """A WatchEvent line around already-encoded object bytes (a copy, no re-encoding), with the
+    object's own resourceVersion set to `stamp` when given."""
+    if stamp:
+        raw = replace_spans(raw, find_values(raw, _OWN_RV, limit=1), stamp.encode())
     return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
 
 
-class Watcher:
+_OWN_RV = (("metadata", "resourceVersion"),)
+
+
+class Watcher(Protocol):
     """What the cache needs of a cache watcher (proxy.cache.cache_watcher.CacheWatcher)."""
 
     label_selector: LabelSelector
@@ -86,6 +97,7 @@ class Watcher:
 
     def offer(self, event: CachedEvent) -> None: ...  # pragma: no cover
     def offer_bookmark(self, line: bytes, stamp: str) -> None: ...  # pragma: no cover
+    def terminate(self, message: str) -> None: ...  # pragma: no cover
 
 
 @dataclass(slots=True)
@@ -105,12 +117,11 @@ class WatchCacheStats:
 
 @dataclass
 class WatchCache:
-    """See the module docstring. `space` is the tuple of partitions of the cache's role, in
-    slot order; `epoch` the proxy RV epoch."""
+    """See the module docstring. `codec` is the RV space of the cache's role: its partitions in
+    slot order and the shared epoch table."""
 
     spec: CacheConfig
-    space: tuple[str, ...]
-    epoch: int
+    codec: rvcodec.RVCodec  # the RV space of the cache's role (slot order = codec.space)
     label_selector: LabelSelector
     field_selector: FieldSelector
     on_node: Callable[[str, str | None], None] | None = None  # node name -> owning RP (None: gone)
@@ -132,7 +143,7 @@ class WatchCache:
     _listing: dict[str, _Listing] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        n = len(self.space)
+        n = len(self.codec.space)
         self.vector = [0] * n
         self.floor = [0] * n
         self.stats.relists = [0] * n
@@ -141,13 +152,23 @@ class WatchCache:
     # -- state -----------------------------------------------------------------------------
 
     @property
+    def space(self) -> tuple[str, ...]:
+        return self.codec.space
+
+    @property
     def is_synced(self) -> bool:
         return len(self.synced) == len(self.space)
 
     @property
     def rv(self) -> str:
-        """The cache's current position as a proxy RV ("" until every slot is known)."""
-        return rvcodec.encode(self.epoch, self.vector) if all(self.vector) else ""
+        """The cache's current position as a proxy RV ("" until every slot is known, or while no
+        epoch of the table can encode it)."""
+        if not all(self.vector):
+            return ""
+        try:
+            return self.codec.encode(self.vector)
+        except rvcodec.RVUnencodable:
+            return ""
 
     @property
     def watcher_count(self) -> int:
@@ -161,7 +182,7 @@ class WatchCache:
             namespace=self.spec.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
-            slots=len(self.space),
+            codec=self.codec,
         )
 
     def item_kind(self) -> str:
@@ -187,10 +208,9 @@ class WatchCache:
             obj["apiVersion"] = self.api_version
         return obj
 
-    def _record(self, slot: int, obj: dict[str, Any], native: int, stamp: str) -> CachedObject:
+    def _record(self, slot: int, obj: dict[str, Any], native: int) -> CachedObject:
         obj = self._transform(obj)
         meta = obj["metadata"]
-        meta["resourceVersion"] = stamp
         labels = meta.get("labels") or {}
         # Label keys and values repeat across objects (os, arch, zone, instance type): interned,
         # each string is held once however many objects carry it.
@@ -203,7 +223,7 @@ class WatchCache:
             native_rv=native,
             labels=labels,
             fields=fields,
-            raw=exact_bytes(orjson.dumps(obj)),
+            raw=exact_bytes(translate_natives(orjson.dumps(obj), object_translator(self.codec, slot))),
         )
 
     def _matches_cache(self, obj: CachedObject) -> bool:
@@ -214,15 +234,20 @@ class WatchCache:
         the object after the change (for DELETED: its last state), None for a synthetic
         DELETED of `old` after a relist."""
         self.vector[slot] = max(self.vector[slot], native)
-        stamp = rvcodec.encode(self.epoch, rvcodec.with_slot(self.vector, slot, native))
+        at = list(self.vector)
+        at[slot] = native
+        try:
+            stamp = self.codec.encode(at)
+        except rvcodec.RVUnencodable:
+            stamp = ""
         if obj is not None:
-            record = self._record(slot, obj, native, stamp)
+            record = self._record(slot, obj, native)
             if kind != "DELETED" and not self._matches_cache(record):
                 if old is None:
                     return  # never was in the cache's selection
                 kind = "DELETED"  # moved out of it
         elif old is not None:
-            record = dataclasses.replace(old, native_rv=native, raw=set_all_rvs(old.raw, stamp.encode()))
+            record = dataclasses.replace(old, native_rv=native)
         else:
             return
         key = (slot, record.namespace, record.name)
@@ -249,16 +274,27 @@ class WatchCache:
             slot=slot,
             native_rv=native,
             stamp=stamp,
-            line=event_line(kind, record.raw),
+            line=event_line(kind, record.raw, stamp),
             prev_labels=old.labels if old is not None else None,
             prev_fields=old.fields if old is not None else None,
         )
         if len(self.ring) == self.ring.maxlen:
             evicted = self.ring[0]
             self.floor[evicted.slot] = max(self.floor[evicted.slot], evicted.native_rv)
-        self.ring.append(event)
         self.stats.events += 1
+        if not stamp:
+            self._unencodable()
+            return
+        self.ring.append(event)
         self._dispatch(event)
+
+    def _unencodable(self) -> None:
+        """No epoch fits the cache's position: every watcher must relist, and no RV issued
+        before this point can be resumed from the ring."""
+        self.ring.clear()
+        self.floor = list(self.vector)
+        for watcher in (*self.watchers_any, *(w for group in self.watchers_by_name.values() for w in group)):
+            watcher.terminate("too old resource version: the proxy's resourceVersion table is behind")
 
     def _dispatch(self, event: CachedEvent) -> None:
         for watcher in tuple(self.watchers_by_name.get(event.obj.name, ())):
@@ -285,9 +321,9 @@ class WatchCache:
         if native <= self.vector[slot]:
             return
         self.vector[slot] = native
-        if not self.is_synced or not all(self.vector):
-            return
         stamp = self.rv
+        if not self.is_synced or not stamp:
+            return
         line = self.bookmark_line(stamp)
         for watcher in tuple(self.watchers_any):
             watcher.offer_bookmark(line, stamp)
@@ -334,8 +370,7 @@ class WatchCache:
                 listing.changed.append((native, key, obj))
                 continue
             self.vector[slot] = max(self.vector[slot], native)
-            stamp = rvcodec.encode(self.epoch, rvcodec.with_slot(self.vector, slot, native))
-            record = self._record(slot, obj, native, stamp)
+            record = self._record(slot, obj, native)
             if self._matches_cache(record):
                 self.objects[key] = record
                 self.bytes_total += len(record.raw)

@@ -187,12 +187,13 @@ def test_config_map_maps_values_onto_the_proxy_config_and_points_into_the_mounte
             "caches": [
                 {"name": "critical-pods", "resource": "pods", "role": "tenant", "labelSelector": "tier=critical", "history": 1000000, "stripManagedFields": False}
             ],
-            "rvEpoch": 7,
+            "resourceVersions": {"tableNamespace": "proxy-system", "tableName": "rv-table", "refreshSeconds": 7, "retainEpochs": 64},
         }
     }
     manifests = helm.template(values=values)
     config = rendered_config(manifests)
-    assert config["system_partition"] == "tp1" and config["rv_epoch"] == 7
+    assert config["system_partition"] == "tp1"
+    assert config["resource_versions"] == {"table_namespace": "proxy-system", "table_name": "rv-table", "refresh_seconds": 7, "retain_epochs": 64}
     assert config["tenants"]["namespace_to_tenant"] == "prefix"
     assert config["tenants"]["namespaces"] == {"team-x": "acme"} and config["tenants"]["partitions"] == {"acme": "tp2"}
     assert "default_partition" not in config["tenants"]
@@ -229,7 +230,7 @@ def test_a_changed_config_changes_the_pod_template_so_replicas_roll(helm: Helm) 
         deployment = by_kind(helm.template(values=values))["Deployment"]
         return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
 
-    assert checksum({}) != checksum({"proxy": {"rvEpoch": 2}})
+    assert checksum({}) != checksum({"proxy": {"systemPartition": "tp2"}})
 
 
 def test_hpa_scales_up_at_once_and_down_over_the_stable_window_on_cpu_and_inflight_requests(helm: Helm) -> None:

@@ -41,7 +41,7 @@ nodes:
   prefixes: {"rp1-": rp1, "rp2-": rp2}
   regex:
     - {pattern: "^rp1-.*", partition: rp1}
-rv_epoch: 7
+resource_versions: {refresh_seconds: 7, slot_bits: 20}
 upstream: {connect_timeout_seconds: 2.5, request_timeout_seconds: 30}
 """
 
@@ -83,7 +83,8 @@ def test_valid_yaml_config_loads_every_section(tmp_path: Path) -> None:
     assert cfg.tenants.default_partition == "tp1"
     assert cfg.nodes.placement == "prefix"
     assert cfg.nodes.prefixes == {"rp1-": "rp1", "rp2-": "rp2"}
-    assert cfg.rv_epoch == 7
+    assert cfg.resource_versions.refresh_seconds == 7
+    assert cfg.resource_versions.slot_bits == 20
     assert cfg.upstream.connect_timeout_seconds == 2.5
     assert cfg.upstream.request_timeout_seconds == 30
 
@@ -131,7 +132,8 @@ def test_minimal_config_gets_documented_defaults() -> None:
     assert cfg.tenants.namespace_to_tenant == "prefix"
     assert cfg.tenants.separator == "-"
     assert cfg.nodes.placement == "hash"
-    assert cfg.rv_epoch == 1
+    assert cfg.resource_versions.slot_bits is None
+    assert cfg.resource_versions.table_name == "partition-proxy-resource-versions"
 
 
 def test_loaded_config_is_frozen(tmp_path: Path) -> None:
@@ -186,7 +188,8 @@ BAD_DOCS = [
     pytest.param(_set(("nodes", "placement"), "random"), "nodes.placement", id="unknown-placement"),
     pytest.param(_set(("tenants", "namespace_to_tenant"), "label"), "tenants.namespace_to_tenant", id="unknown-ns-mode"),
     pytest.param(_set(("partitions", 2, "name"), "RP_1"), "partitions.2.name", id="partition-name-not-dns-label"),
-    pytest.param(_set(("rv_epoch",), 1000), "rv_epoch", id="epoch-out-of-range"),
+    pytest.param(_set(("resource_versions", "slot_bits"), 65), "resource_versions.slot_bits", id="slot-bits-out-of-range"),
+    pytest.param(_set(("resource_versions", "slot_bits"), 60), "resource_versions.slot_bits", id="slot-bits-over-128-bits"),
     pytest.param(_set(("listen", "port"), 70000), "listen.port", id="port-out-of-range"),
     pytest.param(_set(("tenants", "ranges", 0, "first"), "zz"), "tenants.ranges.0", id="range-first-after-last"),
     pytest.param(_set(("partitions",), []), "partitions", id="no-partitions"),

@@ -28,7 +28,6 @@ import pytest
 from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, find_kubectl
 from hack.proxy_process import ProxyProcess
 from hack.toxiproxy import ToxiproxyServer
-from routing import rv as rvcodec
 from tests.federation import Kube, pod
 
 REPORT = Path(__file__).resolve().parents[2] / ".local" / "faults.json"
@@ -193,7 +192,7 @@ async def _run_fault(
         async with s.get(f"{kube.proxy.server}/api/v1/pods", ssl=ctx) as r:
             assert r.status == 200
             start_rv = (await r.json())["metadata"]["resourceVersion"]
-    start = rvcodec.decode(start_rv, epoch=1, slots=2)
+    start = kube.rv_codec(("tp1", "tp2")).decode(start_rv)
     client = WatchClient(servers or [kube.proxy.server], ctx, set(ns.values()), start_rv)
     stop = asyncio.Event()
     watcher = asyncio.create_task(client.run(stop))
@@ -221,8 +220,9 @@ async def _run_fault(
     await watcher
 
     seen: dict[str, list[tuple[str, str, int]]] = {}
+    codec = kube.rv_codec(("tp1", "tp2"))
     for slot, p in enumerate(("tp1", "tp2")):
-        seen[p] = [(t, n, rvcodec.decode(rv, epoch=1, slots=2)[slot]) for t, namespace, n, rv in client.events if namespace == ns[p]]
+        seen[p] = [(t, n, codec.decode(rv)[slot]) for t, namespace, n, rv in client.events if namespace == ns[p]]
     lost = sum(len(set(truth[p]) - set(seen[p])) for p in truth)
     duplicated = sum(len(seen[p]) - len(set(seen[p])) for p in seen)
     acked = [i for i, o in enumerate(outcomes) if o == "acked"]

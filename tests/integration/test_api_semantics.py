@@ -11,6 +11,8 @@ import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
+from routing import protobuf as pb
+from routing import rv as rvcodec
 from tests.federation import Kube, node
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -28,7 +30,6 @@ async def _get(url: str, ctx: ssl.SSLContext, headers: dict[str, str] | None = N
     "path",
     [
         "/api/v1/pods?resourceVersion=abc",  # garbage RV on a union list
-        "/api/v1/nodes?resourceVersion=abc&watch=1",  # garbage RV on a union watch
         "/api/v1/namespaces/acme-x/pods?resourceVersion=abc",  # garbage RV on a forwarded list
         "/api/v1/pods?labelSelector=a%20in%20(",  # bad label selector
         "/api/v1/pods?fieldSelector=spec.bogus%3Dx",  # unsupported field selector
@@ -50,6 +51,26 @@ async def test_bad_requests_get_the_same_status_as_from_kube_apiserver(kube: Kub
     assert got["kind"] == want["kind"]
     if want["kind"] == "Status":
         assert (got.get("reason"), got["code"]) == (want.get("reason"), want["code"])
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/nodes?resourceVersion=abc&watch=1",  # a union watch
+        "/api/v1/namespaces/acme-x/pods?resourceVersion=abc&watch=1",  # a forwarded watch
+        "/api/v1/namespaces/acme-x/pods/missing?resourceVersion=abc",  # a forwarded get
+    ],
+)
+async def test_a_garbage_resource_version_is_a_bad_request_where_kube_apiserver_answers_500(kube: Kube, path: str) -> None:
+    # kube-apiserver answers a list with RV=abc 400 BadRequest but a watch or a get 500 (its
+    # strconv error leaks). The proxy answers all of them 400 with the list's wording: a client
+    # error is never a 5xx through the proxy.
+    code, _, body = await _get(kube.proxy.server + path, kube.client_ssl())
+    direct_code, _, _ = await _get(kube.fed.partition("tp1").server + path, kube.partition_ssl("tp1"))
+    got = json.loads(body)
+    assert (code, got["code"], got["reason"], got["kind"]) == (400, 400, "BadRequest", "Status")
+    assert got["message"].startswith('invalid resource version: resourceVersion: Invalid value: "abc"')
+    assert direct_code == 500
 
 
 async def test_unknown_partition_prefix_is_not_found_like_an_unknown_path(kube: Kube) -> None:
@@ -94,12 +115,18 @@ async def test_protobuf_passes_through_on_a_single_partition_route(kube: Kube, u
     assert body.startswith(b"k8s\x00") and name.encode() in body
 
 
-async def test_union_list_answers_json_to_a_protobuf_preferring_client(kube: Kube) -> None:
+async def test_union_list_answers_protobuf_with_proxy_rvs_to_a_protobuf_preferring_client(kube: Kube) -> None:
     code, headers, body = await _get(
         kube.proxy.server + "/api/v1/nodes", kube.client_ssl(), {"Accept": f"{PROTOBUF},application/json"}
     )
-    assert code == 200 and headers["Content-Type"].startswith("application/json")
-    assert json.loads(body)["kind"] == "NodeList"
+    assert code == 200 and headers["Content-Type"] == PROTOBUF
+    envelope, list_meta, items = pb.list_items(body)
+    assert envelope.kind == "NodeList"
+    list_rv = pb.list_meta_rv(list_meta)
+    assert kube.rv_codec(("rp1", "rp2")).decode(list_rv)  # a vector of both resource partitions
+    assert int(list_rv) >= 2**104
+    rvs = [pb.item_meta(item).resource_version for item in items]
+    assert rvs and all(rvcodec.is_valid_rv(rv) and 2**64 <= int(rv) < 2**104 for rv in rvs)  # object form
 
 
 def test_client_identity_reaches_partitions(kube: Kube) -> None:

@@ -34,7 +34,7 @@ async def _get_json(session: aiohttp.ClientSession, url: str, ctx: ssl.SSLContex
 async def test_cached_node_list_and_watch_equal_the_union_of_the_partitions_at_every_step(kube: Kube, unique: str) -> None:
     ctx = kube.client_ssl()
     url = f"{kube.proxy.server}/api/v1/nodes"
-    before = kube.metric("partition_proxy_requests_total", route="serve-from-cache", partition="nodes")
+    before = kube.metric("partition_proxy_requests_total", route="serve-from-cache", partition="nodes", verb="list")
     async with aiohttp.ClientSession() as s:
         listed = await _get_json(s, url, ctx, resourceVersion="0")
         view = {i["metadata"]["name"]: i["metadata"].get("labels") or {} for i in listed["items"]}

@@ -14,7 +14,18 @@ from proxy.cache.watch_cache import WatchCache
 from routing import rv as rvcodec
 from routing.selectors import parse_field_selector, parse_label_selector
 
-EPOCH = 1
+
+
+def codec(space: tuple[str, ...]) -> rvcodec.RVCodec:
+    table = rvcodec.EpochTable((rvcodec.Epoch(1, space, rvcodec.natural_slot_bits(len(space)), (0,) * len(space)),))
+    return rvcodec.RVCodec(space, table)
+
+
+CODEC = codec(("rp1", "rp2"))
+
+
+def decode(rv: str) -> tuple[int, ...]:
+    return CODEC.decode(rv)
 
 
 def node(name: str, rv: int, labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
@@ -27,8 +38,7 @@ def make_cache(label_selector: str = "", history: int = 100) -> WatchCache:
     spec = CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE, label_selector=label_selector, history=history)
     cache = WatchCache(
         spec=spec,
-        space=("rp1", "rp2"),
-        epoch=EPOCH,
+        codec=CODEC,
         label_selector=parse_label_selector(label_selector),
         field_selector=parse_field_selector(""),
     )
@@ -56,7 +66,7 @@ def test_list_from_cache_joins_stored_bytes_under_the_vector_rv() -> None:
     cache = make_cache()
     doc = orjson.loads(cache.list_bytes(cache.matching(parse_label_selector(""), parse_field_selector(""))))
     assert doc["kind"] == "NodeList" and doc["apiVersion"] == "v1"
-    assert rvcodec.decode(doc["metadata"]["resourceVersion"], epoch=EPOCH, slots=2) == (12, 25)
+    assert decode(doc["metadata"]["resourceVersion"]) == (12, 25)
     assert [i["metadata"]["name"] for i in doc["items"]] == ["a", "b"]
     assert all(i["kind"] == "Node" for i in doc["items"])
 
@@ -64,7 +74,7 @@ def test_list_from_cache_joins_stored_bytes_under_the_vector_rv() -> None:
 def test_list_items_get_kind_and_api_version_and_lose_managed_fields() -> None:
     spec = CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE)
     cache = WatchCache(
-        spec=spec, space=("rp1",), epoch=EPOCH, label_selector=parse_label_selector(""), field_selector=parse_field_selector("")
+        spec=spec, codec=codec(("rp1",)), label_selector=parse_label_selector(""), field_selector=parse_field_selector("")
     )
     item = {
         "metadata": {
@@ -88,7 +98,7 @@ def test_one_event_is_encoded_once_and_the_same_bytes_reach_every_watcher() -> N
     assert all(line is lines[0] for line in lines)
     event = orjson.loads(lines[0])
     assert event["type"] == "MODIFIED"
-    assert rvcodec.decode(event["object"]["metadata"]["resourceVersion"], epoch=EPOCH, slots=2) == (30, 25)
+    assert decode(event["object"]["metadata"]["resourceVersion"]) == (30, 25)
 
 
 def test_watch_by_name_only_gets_its_own_object() -> None:
@@ -153,7 +163,7 @@ def test_bookmarks_go_to_watchers_that_asked_once_the_vector_moves() -> None:
     cache.bookmark("rp2", 60)  # no move, no second bookmark
     events = drain(asked)
     assert [e["type"] for e in events] == ["BOOKMARK"]
-    assert rvcodec.decode(events[0]["object"]["metadata"]["resourceVersion"], epoch=EPOCH, slots=2) == (12, 60)
+    assert decode(events[0]["object"]["metadata"]["resourceVersion"]) == (12, 60)
     assert drain(silent) == []
 
 
@@ -177,3 +187,32 @@ def test_node_index_follows_the_node_cache(kind: str) -> None:
     assert index == {"z": "rp2"}
     cache.apply("rp2", "DELETED", node("z", 41))
     assert index == {}
+
+
+def test_cached_objects_carry_object_form_rvs_and_events_the_vector_after_them() -> None:
+    cache = make_cache()
+    w = watcher(cache)
+    cache.apply("rp2", "MODIFIED", node("b", 40))
+
+    stored = orjson.loads(cache.objects[(1, "", "b")].raw)
+    [event] = drain(w)
+    assert stored["metadata"]["resourceVersion"] == rvcodec.object_rv("rp2", 40)  # never expires
+    assert decode(event["object"]["metadata"]["resourceVersion"]) == (12, 40)
+    assert rvcodec.is_valid_rv(event["object"]["metadata"]["resourceVersion"])
+
+
+def test_a_position_no_epoch_fits_ends_every_watcher_with_410_and_empties_the_ring() -> None:
+    space = ("rp1", "rp2")
+    narrow = rvcodec.RVCodec(space, rvcodec.EpochTable((rvcodec.Epoch(1, space, 8, (0, 0)),)))  # natives up to 254
+    spec = CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE)
+    cache = WatchCache(spec=spec, codec=narrow, label_selector=parse_label_selector(""), field_selector=parse_field_selector(""))
+    cache.replace("rp1", [node("a", 10)], 12, kind="NodeList", api_version="v1")
+    cache.replace("rp2", [node("b", 20)], 25, kind="NodeList", api_version="v1")
+    w = watcher(cache)
+
+    cache.apply("rp1", "MODIFIED", node("a", 300))
+
+    [error] = drain(w)
+    assert error["type"] == "ERROR" and error["object"]["code"] == 410 and error["object"]["reason"] == "Expired"
+    assert len(cache.ring) == 0 and cache.rv == ""
+    assert orjson.loads(cache.objects[(0, "", "a")].raw)["metadata"]["resourceVersion"] == rvcodec.object_rv("rp1", 300)

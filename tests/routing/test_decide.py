@@ -40,7 +40,6 @@ def _config(**overrides: object) -> ProxyConfig:
             ],
         },
         "nodes": {"placement": "prefix", "prefixes": {"rp1-": "rp1", "rp2-": "rp2"}},
-        "rv_epoch": 1,
     }
     doc.update(overrides)
     return parse_config(doc)
@@ -51,7 +50,6 @@ PLACEMENT = Placement.from_config(CONFIG)
 STATE = RoutingState(
     PLACEMENT,
     namespaced=frozenset({("", "pods"), ("apps", "deployments"), ("coordination.k8s.io", "leases"), ("", "secrets")}),
-    rv_epoch=1,
 )
 
 
@@ -500,7 +498,7 @@ def test_every_namespace_maps_to_a_tenant_partition(namespace: str, tenant: str)
 )
 def test_namespace_create_and_later_requests_in_it_agree_on_the_partition(namespace: str, mode: str) -> None:
     cfg = _config(tenants={**CONFIG.tenants.model_dump(), "namespace_to_tenant": mode})
-    state = RoutingState(Placement.from_config(cfg), STATE.namespaced, 1)
+    state = RoutingState(Placement.from_config(cfg), STATE.namespaced)
 
     def go(method: str, path: str, body_name: str | None = None) -> Route:
         return decide(parse_request_info(method, path, {}), state, body_name=body_name)

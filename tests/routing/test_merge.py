@@ -1,8 +1,9 @@
-"""Union lists and union watches (routing.merge): DESIGN §5, KEP-3157 (initial-events-end) and
-KEP-5504 (comparable RVs)."""
+"""Union lists and union watches (routing.merge): proxy resourceVersions (docs/resource-versions.md),
+KEP-3157 (initial-events-end) and KEP-5504 (comparable RVs)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -10,13 +11,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from routing import protobuf as pb
 from routing import rv as rvcodec
-from routing.merge import INITIAL_EVENTS_END, PartitionList, WatchMerge, merge_lists, native_rv
+from routing.merge import INITIAL_EVENTS_END, PartitionList, WatchMerge, merge_lists, merge_protobuf_lists, native_rv
 
 HYPOTHESIS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-EPOCH = 1
 TPS = ("tp1", "tp2")
+
+
+def codec_for(space: tuple[str, ...]) -> rvcodec.RVCodec:
+    """A codec whose one epoch starts at 0: every native below 2**(104 / len(space)) fits."""
+    table = rvcodec.EpochTable((rvcodec.Epoch(1, space, rvcodec.natural_slot_bits(len(space)), (0,) * len(space)),))
+    return rvcodec.RVCodec(space, table)
+
+
+CODEC = codec_for(TPS)
 # Owner of a namespace in these tests: tp1 owns kube-system and a*-m* tenants, tp2 the rest.
 OWNER = {"kube-system": "tp1", "default": "tp1", "bravo-web": "tp1", "nova-web": "tp2", "zulu-db": "tp2"}
 
@@ -25,8 +35,8 @@ def keep_owned(partition: str, obj: dict[str, Any]) -> bool:
     return OWNER.get(obj.get("metadata", {}).get("namespace", ""), "tp1") == partition
 
 
-def decode(rv: str, slots: int = 2) -> tuple[int, ...]:
-    return rvcodec.decode(rv, epoch=EPOCH, slots=slots)
+def decode(rv: str) -> tuple[int, ...]:
+    return CODEC.decode(rv)
 
 
 def pod(name: str, namespace: str, rv: int, **extra: Any) -> dict[str, Any]:
@@ -65,27 +75,27 @@ def _two_partition_lists() -> list[PartitionList]:
 
 
 def test_union_list_concatenates_the_kept_items_of_every_partition() -> None:
-    merged = orjson.loads(merge_lists(_two_partition_lists(), epoch=EPOCH, slots=2, keep=keep_owned))
+    merged = orjson.loads(merge_lists(_two_partition_lists(), codec=CODEC, keep=keep_owned))
 
     assert merged["kind"] == "PodList"
     assert [i["metadata"]["name"] for i in merged["items"]] == ["a", "k", "b", "c"]
 
 
 def test_union_list_rv_is_the_vector_of_every_partitions_list_rv() -> None:
-    merged = orjson.loads(merge_lists(_two_partition_lists(), epoch=EPOCH, slots=2, keep=keep_owned))
+    merged = orjson.loads(merge_lists(_two_partition_lists(), codec=CODEC, keep=keep_owned))
 
     assert decode(merged["metadata"]["resourceVersion"]) == (100, 200)
 
 
 def test_union_list_item_rvs_name_only_their_owners_slot() -> None:
-    merged = orjson.loads(merge_lists(_two_partition_lists(), epoch=EPOCH, slots=2, keep=keep_owned))
+    merged = orjson.loads(merge_lists(_two_partition_lists(), codec=CODEC, keep=keep_owned))
 
     got = {i["metadata"]["name"]: decode(i["metadata"]["resourceVersion"]) for i in merged["items"]}
     assert got == {"a": (90, 0), "k": (91, 0), "b": (0, 150), "c": (0, 199)}
 
 
 def test_union_list_drops_continue_and_remaining_item_count() -> None:
-    merged = orjson.loads(merge_lists(_two_partition_lists(), epoch=EPOCH, slots=2, keep=keep_owned))
+    merged = orjson.loads(merge_lists(_two_partition_lists(), codec=CODEC, keep=keep_owned))
 
     assert "continue" not in merged["metadata"]
     assert "remainingItemCount" not in merged["metadata"]
@@ -93,19 +103,19 @@ def test_union_list_drops_continue_and_remaining_item_count() -> None:
 
 def test_union_list_owner_filter_drops_items_the_partition_does_not_own() -> None:
     # tp2 has its own kube-system; the union shows only the system partition's.
-    merged = orjson.loads(merge_lists(_two_partition_lists(), epoch=EPOCH, slots=2, keep=keep_owned))
+    merged = orjson.loads(merge_lists(_two_partition_lists(), codec=CODEC, keep=keep_owned))
 
     assert "k2" not in [i["metadata"]["name"] for i in merged["items"]]
 
 
 def test_union_list_without_owner_filter_keeps_every_item() -> None:
-    merged = orjson.loads(merge_lists(_two_partition_lists(), epoch=EPOCH, slots=2, keep=None))
+    merged = orjson.loads(merge_lists(_two_partition_lists(), codec=CODEC, keep=None))
 
     assert [i["metadata"]["name"] for i in merged["items"]] == ["a", "k", "b", "k2", "c"]
 
 
 def test_union_list_output_is_one_compact_json_document() -> None:
-    body = merge_lists(_two_partition_lists(), epoch=EPOCH, slots=2, keep=keep_owned)
+    body = merge_lists(_two_partition_lists(), codec=CODEC, keep=keep_owned)
 
     assert b"\n" not in body
     assert orjson.dumps(orjson.loads(body)) == body
@@ -117,7 +127,7 @@ def test_union_of_tables_merges_rows_and_rewrites_row_object_rvs() -> None:
         PartitionList("tp2", 1, table(200, pod("b", "nova-web", 150))),
     ]
 
-    merged = orjson.loads(merge_lists(parts, epoch=EPOCH, slots=2, keep=keep_owned))
+    merged = orjson.loads(merge_lists(parts, codec=CODEC, keep=keep_owned))
 
     assert merged["kind"] == "Table"
     assert merged["columnDefinitions"][0]["name"] == "Name"
@@ -131,7 +141,7 @@ def test_union_of_tables_merges_rows_and_rewrites_row_object_rvs() -> None:
 def test_union_list_of_empty_lists_still_has_the_vector_rv() -> None:
     parts = [PartitionList("tp1", 0, pod_list(7)), PartitionList("tp2", 1, pod_list(9))]
 
-    merged = orjson.loads(merge_lists(parts, epoch=EPOCH, slots=2, keep=keep_owned))
+    merged = orjson.loads(merge_lists(parts, codec=CODEC, keep=keep_owned))
 
     assert merged["items"] == []
     assert decode(merged["metadata"]["resourceVersion"]) == (7, 9)
@@ -142,7 +152,7 @@ def test_union_list_does_not_rewrite_rv_text_inside_string_values() -> None:
     item = pod("a", "bravo-web", 90, annotations={"kubectl.kubernetes.io/last-applied-configuration": applied})
     parts = [PartitionList("tp1", 0, pod_list(100, item)), PartitionList("tp2", 1, pod_list(200))]
 
-    merged = orjson.loads(merge_lists(parts, epoch=EPOCH, slots=2, keep=keep_owned))
+    merged = orjson.loads(merge_lists(parts, codec=CODEC, keep=keep_owned))
 
     annotations = merged["items"][0]["metadata"]["annotations"]
     assert annotations["kubectl.kubernetes.io/last-applied-configuration"] == applied
@@ -150,9 +160,9 @@ def test_union_list_does_not_rewrite_rv_text_inside_string_values() -> None:
 
 def test_union_list_rejects_a_body_that_is_not_a_list_object() -> None:
     with pytest.raises(ValueError):
-        merge_lists([PartitionList("tp1", 0, b"[1,2]")], epoch=EPOCH, slots=2, keep=None)
+        merge_lists([PartitionList("tp1", 0, b"[1,2]")], codec=CODEC, keep=None)
     with pytest.raises(ValueError):
-        merge_lists([], epoch=EPOCH, slots=2, keep=None)
+        merge_lists([], codec=CODEC, keep=None)
 
 
 # --- union watch ------------------------------------------------------------------------------
@@ -179,7 +189,7 @@ def error(code: int, reason: str, message: str) -> bytes:
 
 def merge(*, initial: set[str] | None = None, client_initial_events: bool = False, bookmarks: bool = True,
           start: tuple[int, ...] = (0, 0), keep: Any = None, space: tuple[str, ...] = TPS) -> WatchMerge:
-    return WatchMerge(epoch=EPOCH, space=space, start=start, initial=set(initial or ()),
+    return WatchMerge(codec=codec_for(space), start=start, initial=set(initial or ()),
                       client_initial_events=client_initial_events, bookmarks=bookmarks, keep=keep)
 
 
@@ -228,7 +238,7 @@ def test_watch_resumed_from_a_proxy_rv_continues_above_it() -> None:
     [line] = wm.on_line("tp1", event("MODIFIED", "a", "bravo-web", 101))
 
     assert decode(rv_of(line)) == (101, 200)
-    assert rvcodec.compare(rv_of(line), rvcodec.encode(EPOCH, start)) == 1
+    assert rvcodec.compare(rv_of(line), CODEC.encode(start)) == 1
 
 
 @st.composite
@@ -277,11 +287,11 @@ def test_union_watch_rvs_strictly_increase_over_any_interleaving(
         if kind != "BOOKMARK":
             assert len(out) == 1
             # The event RV is the vector after the event; its owner's slot is the native RV.
-            assert rvcodec.decode(rv_of(out[0]), epoch=EPOCH, slots=n) == tuple(latest)
+            assert codec_for(space).decode(rv_of(out[0])) == tuple(latest)
         elif out:
             assert bookmarks and all(latest)
             assert orjson.loads(out[0])["type"] == "BOOKMARK"
-            assert rvcodec.decode(rv_of(out[0]), epoch=EPOCH, slots=n) == tuple(latest)
+            assert codec_for(space).decode(rv_of(out[0])) == tuple(latest)
         written.extend(rv_of(line) for line in out)
     for before, after in zip(written, written[1:]):
         assert rvcodec.compare(after, before) == 1
@@ -437,3 +447,103 @@ def test_upstream_line_without_trailing_newline_gets_exactly_one() -> None:
     out = wm.on_line("tp1", event("ADDED", "a", "bravo-web", 1).rstrip(b"\n"))
 
     assert_wire_lines(out)
+
+
+# --- any formatting, references, initial events, the epoch table ------------------------------
+
+
+def test_union_list_of_indented_answers_is_merged_like_compact_ones() -> None:
+    # kube-apiserver indents its JSON for ?pretty=true and curl-like user agents.
+    pretty = [PartitionList(p.partition, p.slot, orjson.dumps(orjson.loads(p.body), option=orjson.OPT_INDENT_2))
+              for p in _two_partition_lists()]
+
+    assert merge_lists(pretty, codec=CODEC, keep=keep_owned) == merge_lists(_two_partition_lists(), codec=CODEC, keep=keep_owned)
+
+
+def test_union_list_items_carry_object_form_rvs_of_their_partition() -> None:
+    merged = orjson.loads(merge_lists(_two_partition_lists(), codec=CODEC, keep=keep_owned))
+
+    rvs = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in merged["items"]}
+    assert rvs["a"] == rvcodec.object_rv("tp1", 90)
+    assert rvs["b"] == rvcodec.object_rv("tp2", 150)
+    assert all(rvcodec.is_valid_rv(rv) and int(rv) >= rvcodec.NATIVE_LIMIT for rv in rvs.values())
+
+
+def test_an_events_involved_object_rv_is_translated_from_its_partition_not_stamped() -> None:
+    wm = merge(start=(100, 200))
+    obj = {"kind": "Event", "apiVersion": "v1",
+           "metadata": {"name": "e", "namespace": "nova-web", "resourceVersion": "210"},
+           "involvedObject": {"kind": "Pod", "name": "b", "namespace": "nova-web", "resourceVersion": "205"},
+           "related": {"kind": "Node", "name": "rp1-n1", "resourceVersion": rvcodec.object_rv("rp1", 7)}}
+    line = orjson.dumps({"type": "ADDED", "object": obj}, option=orjson.OPT_INDENT_2).replace(b"\n", b" ") + b"\n"
+
+    [out] = wm.on_line("tp2", line)
+
+    doc = orjson.loads(out)["object"]
+    assert decode(doc["metadata"]["resourceVersion"]) == (100, 210)
+    assert doc["involvedObject"]["resourceVersion"] == rvcodec.object_rv("tp2", 205)
+    assert doc["related"]["resourceVersion"] == rvcodec.object_rv("rp1", 7)  # a proxy RV the client wrote: kept
+
+
+def test_initial_events_carry_the_objects_own_rv_and_never_move_the_vector() -> None:
+    wm = merge(initial={"tp1", "tp2"}, client_initial_events=True)
+
+    [added] = wm.on_line("tp1", event("ADDED", "a", "bravo-web", 3))
+    assert rv_of(added) == rvcodec.object_rv("tp1", 3)
+    assert wm.vector == [0, 0]
+
+
+def test_a_vector_no_epoch_fits_ends_the_watch_with_410_expired() -> None:
+    space = ("tp1", "tp2")
+    table = rvcodec.EpochTable((rvcodec.Epoch(1, space, 8, (1000, 1000)),))  # natives 1000..1254
+    wm = WatchMerge(codec=rvcodec.RVCodec(space, table), start=(1000, 1000), initial=set(),
+                    client_initial_events=False, bookmarks=False)
+
+    assert wm.on_line("tp1", event("MODIFIED", "a", "bravo-web", 1100))
+    [line] = wm.on_line("tp1", event("MODIFIED", "a", "bravo-web", 5000))
+
+    doc = orjson.loads(line)
+    assert doc["type"] == "ERROR" and doc["object"]["code"] == 410 and doc["object"]["reason"] == "Expired"
+    assert wm.finished
+
+
+# --- protobuf (real bytes from kube-apiserver v1.36.3: tests/routing/testdata/protobuf) --------
+
+PB = Path(__file__).parent / "testdata" / "protobuf"
+
+
+def test_union_of_protobuf_lists_copies_items_and_names_every_partition_in_the_list_rv() -> None:
+    body = (PB / "podlist.pb").read_bytes()
+    list_rv = int(pb.list_meta_rv(pb.list_items(body)[1]))
+
+    merged = merge_protobuf_lists([PartitionList("tp1", 0, body), PartitionList("tp2", 1, body)], codec=CODEC, keep=None)
+
+    env, meta, items = pb.list_items(merged)
+    assert env.kind == "PodList"
+    assert decode(pb.list_meta_rv(meta)) == (list_rv, list_rv)
+    assert len(items) == 6
+    natives = [int(pb.item_meta(i).resource_version) for i in pb.list_items(body)[2]]
+    assert [pb.item_meta(i).resource_version for i in items] == [
+        *(rvcodec.object_rv("tp1", n) for n in natives), *(rvcodec.object_rv("tp2", n) for n in natives)
+    ]
+
+
+def test_union_watch_in_protobuf_stamps_events_and_merges_the_initial_events_end_bookmark() -> None:
+    frames = pb.FrameReader().feed((PB / "watch-pods.bin").read_bytes())
+    wm = merge(initial={"tp1", "tp2"}, client_initial_events=True, bookmarks=True)
+    out: list[pb.WatchEvent] = []
+    for partition in ("tp1", "tp2"):  # both partitions send the same stream, tp1 first
+        for frame in frames:
+            for written in wm.on_frame(partition, frame):
+                [payload] = pb.FrameReader().feed(written)
+                out.append(pb.decode_watch_event(payload))
+
+    ends = [e for e in out if e.type == "BOOKMARK" and pb.object_annotations(e.object).get(INITIAL_EVENTS_END) == "true"]
+    assert len(ends) == 1 and decode(pb.object_rv(ends[0].object)) == (220, 212)
+    first = out[0]
+    assert first.type == "ADDED" and pb.object_rv(first.object) == rvcodec.object_rv("tp1", 205)
+    stamped = [decode(pb.object_rv(e.object)) for e in out if e.type in ("MODIFIED", "DELETED")]
+    assert stamped[0] == (213, 0) and stamped[-1] == (220, 220)
+    rvs = [pb.object_rv(e.object) for e in out if e.type in ("MODIFIED", "DELETED", "BOOKMARK") and pb.object_rv(e.object) != ""]
+    tail = rvs[rvs.index(pb.object_rv(ends[0].object)):]
+    assert all(rvcodec.compare(b, a) == 1 for a, b in zip(tail, tail[1:]))

@@ -108,7 +108,7 @@ render in exponent form (helm holds numbers as float64).
   "system_partition" $p.systemPartition
   "tenants" $tenants
   "nodes" $nodes
-  "rv_epoch" (int $p.rvEpoch)
+  "resource_versions" (dict "table_namespace" $p.resourceVersions.tableNamespace "table_name" $p.resourceVersions.tableName "refresh_seconds" $p.resourceVersions.refreshSeconds "retain_epochs" (int $p.resourceVersions.retainEpochs))
   "upstream" (dict "connect_timeout_seconds" $p.upstream.connectTimeoutSeconds "request_timeout_seconds" $p.upstream.requestTimeoutSeconds)
   "caches" $caches }}
 {{- toYaml $config }}

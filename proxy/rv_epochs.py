@@ -1,0 +1,228 @@
+"""The shared epoch table of vector-form proxy resourceVersions (docs/resource-versions.md).
+
+Owns one `RVCodec` per RV space (the tenant partitions, the resource partitions) and keeps
+their table in step with the copy every replica shares: a ConfigMap in the system partition
+(`resource_versions.table_namespace/table_name`, key `epochs`). Every `refresh_seconds` a
+replica reads the table and each partition's current native RV (a `limit=1` namespace list,
+whose RV is the partition's etcd revision); when the newest epoch of a space has used half its
+range (`routing.rv.next_epoch`), it writes the table with one more epoch, guarded by the
+ConfigMap's resourceVersion: of replicas racing, one wins, the others re-read and find the
+headroom restored. No leader election is needed: optimistic concurrency on the one object
+already gives every epoch exactly one writer.
+
+What it does not own: encoding and decoding (routing.rv), deciding what to answer when an RV
+cannot be used (the request handlers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import aiohttp
+import orjson
+
+from config.models import PartitionRole, ProxyConfig
+from proxy.upstream import Upstream
+from routing import rv as rvcodec
+
+log = logging.getLogger("partition_proxy.rv_epochs")
+
+_DATA_KEY = "epochs"
+# seconds; the least time between two on-demand refreshes (an unknown newer epoch in a client's
+# RV, or a vector no epoch fits): a burst of such requests costs the partition one read.
+_MIN_ON_DEMAND_INTERVAL = 0.5
+# attempts at writing the table before waiting for the next round (lost races re-read it).
+_WRITE_ATTEMPTS = 3
+
+
+class TableUnavailable(Exception):
+    """The system partition did not answer a read or write of the table."""
+
+
+class ResourceVersions:
+    """The codecs of the proxy's RV spaces and the loop that keeps their table shared."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self._config = config.resource_versions
+        self._system_name = config.system_partition
+        self._upstreams: dict[str, Upstream] = {}
+        spaces = [config.names(PartitionRole.TENANT), config.names(PartitionRole.RESOURCE)]
+        self.codecs: dict[tuple[str, ...], rvcodec.RVCodec] = {s: rvcodec.RVCodec(s) for s in spaces}
+        self.table = rvcodec.EpochTable()
+        self.ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._last_sync = 0.0
+        self._current: dict[str, int] = {}
+        self.epochs_published = 0
+
+    def bind(self, upstreams: dict[str, Upstream]) -> None:
+        """The partitions' sessions, once they are open (before `run`)."""
+        self._upstreams = upstreams
+
+    @property
+    def _system(self) -> Upstream:
+        return self._upstreams[self._system_name]
+
+    def codec(self, space: tuple[str, ...]) -> rvcodec.RVCodec:
+        """The codec of an RV space (a route's `rv_space`). Raises KeyError for an unknown one."""
+        return self.codecs[space]
+
+    def slot_bits(self, space: tuple[str, ...]) -> int:
+        return self._config.slot_bits or rvcodec.natural_slot_bits(len(space))
+
+    def request_sync(self) -> None:
+        """Ask the loop for a sync now (an RV of an epoch this replica does not know yet, or a
+        vector no epoch fits). Plain def: callable from anywhere on the loop."""
+        self._wake.set()
+
+    async def sync_now(self, *, timeout: float = 2.0) -> None:
+        """Re-read the table at once (at most every 0.5 s), waiting up to `timeout` seconds."""
+        if time.monotonic() - self._last_sync < _MIN_ON_DEMAND_INTERVAL:
+            return
+        try:
+            await asyncio.wait_for(self.sync(), timeout)
+        except (TableUnavailable, asyncio.TimeoutError) as exc:
+            log.warning("resourceVersion table: on-demand sync failed: %s", exc)
+
+    async def run(self) -> None:
+        """Keep the table in step until cancelled: a sync every refresh_seconds (or when asked)."""
+        backoff = 0.5
+        while True:
+            try:
+                await self.sync()
+                backoff = 0.5
+                delay = self._config.refresh_seconds
+            except TableUnavailable as exc:
+                log.warning("resourceVersion table: %s; retrying in %.1f s", exc, backoff)
+                delay, backoff = backoff, min(backoff * 2, self._config.refresh_seconds)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+    async def sync(self) -> None:
+        """Read the table, publish epochs the spaces need, install the result. Raises
+        TableUnavailable."""
+        self._last_sync = time.monotonic()
+        await self._probe()
+        for _ in range(_WRITE_ATTEMPTS):
+            table, version = await self._read()
+            updated = table
+            for space in self.codecs:
+                current = [self._current.get(p, 0) for p in space]
+                if not all(current):
+                    continue  # a partition's position is not known yet: decide next round
+                epoch = rvcodec.next_epoch(updated, space, current, slot_bits=self.slot_bits(space))
+                if epoch is not None:
+                    updated = rvcodec.with_epoch(updated, epoch, retain=self._config.retain_epochs)
+            if updated is table or await self._write(updated, version):
+                if updated is not table:
+                    self.epochs_published += 1
+                    log.info("resourceVersion table: published epoch %d", updated.newest_number)
+                self._install(updated)
+                return
+        # Lost every race: install what was read; the next round tries again.
+        self._install(table)
+
+    def _install(self, table: rvcodec.EpochTable) -> None:
+        self.table = table
+        for codec in self.codecs.values():
+            codec.set_table(table)
+        if all(table.newest(space) is not None for space in self.codecs):
+            self.ready.set()
+
+    # -- I/O -----------------------------------------------------------------------------------
+
+    def _headers(self, upstream: Upstream) -> dict[str, str]:
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if upstream.auth_header:
+            headers["Authorization"] = upstream.auth_header
+        return headers
+
+    def _path(self, name: bool = True) -> str:
+        base = f"/api/v1/namespaces/{self._config.table_namespace}/configmaps"
+        return f"{base}/{self._config.table_name}" if name else base
+
+    async def _probe(self) -> None:
+        """Each partition's current native RV (the list RV of a one-item namespace list)."""
+
+        async def one(name: str, upstream: Upstream) -> None:
+            try:
+                async with upstream.session.get(
+                    upstream.url("/api/v1/namespaces", "limit=1"), headers=self._headers(upstream), timeout=upstream.request_timeout
+                ) as resp:
+                    if resp.status != 200:
+                        return
+                    doc = orjson.loads(await resp.read())
+                rv = (doc.get("metadata") or {}).get("resourceVersion", "")
+                if isinstance(rv, str) and rv.isdigit():
+                    self._current[name] = max(self._current.get(name, 0), int(rv))
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+                pass  # a partition that is down keeps its last known position
+
+        await asyncio.gather(*(one(n, u) for n, u in self._upstreams.items()))
+
+    async def _read(self) -> tuple[rvcodec.EpochTable, str]:
+        """The stored table and the ConfigMap's resourceVersion ("" when it does not exist)."""
+        system = self._system
+        try:
+            async with system.session.get(
+                system.url(self._path()), headers=self._headers(system), timeout=system.request_timeout
+            ) as resp:
+                body = await resp.read()
+                if resp.status == 404:
+                    return rvcodec.EpochTable(), ""
+                if resp.status != 200:
+                    raise TableUnavailable(f"reading the table answered {resp.status}: {body[:200]!r}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise TableUnavailable(f"reading the table failed: {type(exc).__name__}") from None
+        doc = orjson.loads(body)
+        data = doc.get("data") or {}
+        version = (doc.get("metadata") or {}).get("resourceVersion", "")
+        try:
+            return rvcodec.table_from_json(data.get(_DATA_KEY, '{"version":1,"epochs":[]}')), version
+        except ValueError as exc:
+            raise TableUnavailable(str(exc)) from None
+
+    async def _write(self, table: rvcodec.EpochTable, version: str) -> bool:
+        """Create or update (guarded by `version`) the table. False when another replica
+        wrote first. Raises TableUnavailable."""
+        system = self._system
+        meta: dict[str, str] = {"name": self._config.table_name, "namespace": self._config.table_namespace}
+        if version:
+            meta["resourceVersion"] = version
+        body = orjson.dumps(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {_DATA_KEY: rvcodec.table_to_json(table)}}
+        )
+        method, path = ("PUT", self._path()) if version else ("POST", self._path(name=False))
+        try:
+            async with system.session.request(
+                method, system.url(path), data=body, headers=self._headers(system), timeout=system.request_timeout
+            ) as resp:
+                answer = await resp.read()
+                if resp.status in (200, 201):
+                    return True
+                if resp.status == 409:
+                    return False  # Conflict or AlreadyExists: another replica wrote first
+                raise TableUnavailable(f"writing the table answered {resp.status}: {answer[:200]!r}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise TableUnavailable(f"writing the table failed: {type(exc).__name__}") from None
+
+    def debug(self) -> dict[str, object]:
+        """What /debug/resource-versions shows."""
+        return {
+            "ready": self.ready.is_set(),
+            "newestEpoch": self.table.newest_number,
+            "epochs": len(self.table.epochs),
+            "published": self.epochs_published,
+            "current": dict(self._current),
+            "spaces": {
+                ",".join(space): (lambda e: {"epoch": e.number, "slotBits": e.slot_bits, "base": list(e.base)} if e else None)(
+                    self.table.newest(space)
+                )
+                for space in self.codecs
+            },
+        }

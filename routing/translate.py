@@ -1,0 +1,186 @@
+"""THE place where resourceVersions cross the proxy: one entry per direction, dispatching on
+the media type to the codec of each encoding (`routing.rvjson` for JSON and YAML of any
+formatting, `routing.protobuf` for Kubernetes protobuf objects and watch frames). Pure.
+
+The invariant (docs/resource-versions.md): for a merged resource, every resourceVersion a
+client receives is a proxy RV, and every resourceVersion the proxy sends a partition is that
+partition's native RV, whatever the encoding and wherever the field sits.
+- Requests: the RVs that act as preconditions (an update's metadata.resourceVersion, a JSON
+  Patch test of it, DeleteOptions preconditions) are translated by `to_native`, which raises
+  `RVError` for one it cannot translate (the caller answers 409 Conflict, as kube-apiserver does
+  for a stale precondition). RVs in references are opaque to kube-apiserver and left alone.
+- Answers: every native RV, at any depth, becomes the object-form proxy RV of the partition that
+  answered (`to_proxy`). Union lists and watches put vectors on top (`routing.merge`).
+- CBOR (KEP-4222; alpha and off by default in kube-apiserver 1.36) is negotiated away exactly as
+  a kube-apiserver without it answers: not offered in Accept (406 when nothing else is
+  acceptable), refused as a request body (415). No client ever sees an untranslated RV.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from routing import protobuf as pb
+from routing import rvjson
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+_JSON_TYPES = frozenset(
+    {
+        "application/json",
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/json-patch+json",
+    }
+)
+_YAML_TYPES = frozenset({"application/yaml", "application/apply-patch+yaml"})
+_CBOR_TYPES = frozenset({"application/cbor", "application/cbor-seq", "application/apply-patch+cbor"})
+# What kube-apiserver 1.36 serves with CBOR off, in the order its negotiation errors list them
+# (k8s.io/apiserver/pkg/endpoints/handlers/negotiation: NewNotAcceptableError and
+# NewUnsupportedMediaTypeError over the codec factory's supported media types).
+SERVED_MEDIA_TYPES = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf")
+
+
+class Encoding(enum.Enum):
+    JSON = "json"
+    YAML = "yaml"
+    PROTOBUF = "protobuf"
+    CBOR = "cbor"
+    OTHER = "other"
+
+
+def media_type(content_type: str) -> str:
+    """`type/subtype` of a Content-Type, lower case, without parameters."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def encoding_of(content_type: str) -> Encoding:
+    media = media_type(content_type)
+    if media in _JSON_TYPES:
+        return Encoding.JSON
+    if media in _YAML_TYPES:
+        return Encoding.YAML
+    if media == PROTOBUF:
+        return Encoding.PROTOBUF
+    if media in _CBOR_TYPES:
+        return Encoding.CBOR
+    return Encoding.OTHER
+
+
+def is_watch_stream(content_type: str) -> bool:
+    """True for protobuf watch framing (`...;stream=watch`)."""
+    return "stream=watch" in content_type.replace(" ", "").lower()
+
+
+# -- requests ------------------------------------------------------------------------------
+
+ToNative = Callable[[str], str | None]
+
+
+def translate_request_body(body: bytes, content_type: str, *, delete_options: bool, to_native: ToNative) -> bytes:
+    """The body with its precondition RVs translated (see module docstring). Bodies of other
+    media types pass unchanged (the partition judges them). Raises RVError from `to_native`,
+    rvjson.BodyError / pb.ProtobufError for a body that cannot be decoded although it might
+    carry a proxy RV."""
+    encoding = encoding_of(content_type)
+    if encoding in (Encoding.JSON, Encoding.YAML):
+
+        def fn(_: rvjson.RVField, value: str) -> str | None:
+            return to_native(value)
+
+        return rvjson.translate_request(body, yaml_body=encoding is Encoding.YAML, delete_options=delete_options, fn=fn)
+    if encoding is Encoding.PROTOBUF and body.startswith(pb.MAGIC):
+
+        def pb_fn(where: pb.RVField, value: str) -> str | None:
+            if where in (pb.RVField.OWN, pb.RVField.PRECONDITION):
+                return to_native(value)
+            return None  # references are opaque to kube-apiserver
+
+        # A body without TypeMeta takes its kind from the endpoint, as in kube-apiserver.
+        return pb.rewrite_rvs(body, pb_fn, default_kind="DeleteOptions" if delete_options else "")
+    return body
+
+
+# -- answers -------------------------------------------------------------------------------
+
+ToProxy = Callable[[int], bytes | None]
+
+
+def _pb_answer_fn(to_proxy: ToProxy) -> Callable[[pb.RVField, str], str | None]:
+    def fn(_: pb.RVField, value: str) -> str | None:
+        if not value.isdigit() or len(value) > 19:
+            return None  # already a proxy RV (a reference a client wrote), or not an RV
+        native = int(value)
+        new = to_proxy(native) if native else None
+        return new.decode() if new is not None else None
+
+    return fn
+
+
+def answer_translator(content_type: str, to_proxy: ToProxy) -> Callable[[bytes], bytes] | None:
+    """A whole-body translator for an answer of this media type, None when the body carries no
+    RVs the proxy understands (text, discovery documents that are not objects...)."""
+    encoding = encoding_of(content_type)
+    if encoding is Encoding.JSON:
+        return lambda body: rvjson.translate_natives(body, to_proxy)
+    if encoding is Encoding.YAML:
+        return lambda body: rvjson.translate_yaml_natives(body, to_proxy)
+    if encoding is Encoding.PROTOBUF:
+        fn = _pb_answer_fn(to_proxy)
+        return lambda body: pb.rewrite_rvs(body, fn) if body.startswith(pb.MAGIC) else body
+    return None
+
+
+class StreamTranslator:
+    """Translates a watch stream chunk by chunk: JSON events are newline-delimited, protobuf
+    events are length-prefixed frames. `feed` returns the complete translated events so far;
+    `end` what is left (a last JSON line without its newline)."""
+
+    def __init__(self, content_type: str, to_proxy: ToProxy) -> None:
+        self._protobuf = encoding_of(content_type) is Encoding.PROTOBUF
+        self._to_proxy = to_proxy
+        self._pending = b""
+        self._frames = pb.FrameReader() if self._protobuf else None
+        self._pb_fn = _pb_answer_fn(to_proxy)
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._frames is not None:
+            out = []
+            for frame in self._frames.feed(chunk):
+                event = pb.decode_watch_event(frame)
+                translated = pb.rewrite_rvs(event.object, self._pb_fn) if event.object.startswith(pb.MAGIC) else event.object
+                out.append(pb.encode_frame(pb.encode_watch_event(event.type, translated)))
+            return b"".join(out)
+        self._pending += chunk
+        if b"\n" not in chunk:
+            return b""
+        head, sep, self._pending = self._pending.rpartition(b"\n")
+        return rvjson.translate_natives(head + sep, self._to_proxy)
+
+    def end(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return rvjson.translate_natives(rest, self._to_proxy) if rest else b""
+
+
+def stream_translator(content_type: str, to_proxy: ToProxy) -> StreamTranslator | None:
+    """A StreamTranslator for a watch answer of this media type, None for media types the proxy
+    passes through as they are."""
+    encoding = encoding_of(content_type)
+    if encoding is Encoding.JSON or (encoding is Encoding.PROTOBUF and is_watch_stream(content_type)):
+        return StreamTranslator(content_type, to_proxy)
+    return None
+
+
+# -- negotiation ---------------------------------------------------------------------------
+
+
+def without_cbor(accept: str) -> str | None:
+    """The Accept header without CBOR media types; "" when the client sent none; None when
+    only CBOR was acceptable (the answer is 406, as from a kube-apiserver without CBOR)."""
+    if not accept.strip():
+        return ""
+    parts = [p.strip() for p in accept.split(",") if p.strip()]
+    kept = [p for p in parts if media_type(p) not in _CBOR_TYPES]
+    if len(kept) == len(parts):
+        return accept
+    return ", ".join(kept) if kept else None

@@ -1,0 +1,110 @@
+"""Where resourceVersions cross the proxy (routing.translate): an answer translated for the client
+and sent back by the client as a request gives the partition exactly its own native RVs again,
+in every encoding; no native RV survives in an answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from routing import protobuf as pb
+from routing import rv as rvcodec
+from routing import rvjson
+from routing import translate
+
+HYPOTHESIS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PB = Path(__file__).parent / "testdata" / "protobuf"
+SPACE = ("tp1", "tp2", "tp3", "tp4")
+NATIVES = st.integers(1, 2**63 - 1)
+PROTOBUF_OBJECTS = ["pod.pb", "node.pb", "lease.pb", "event.pb", "events-v1-event.pb"]
+
+
+def _set_native(body: bytes, native: int) -> bytes:
+    """The captured protobuf object with every RV set to `native` (as a partition would send)."""
+    return pb.rewrite_rvs(body, lambda where, value: str(native))
+
+
+def _round_trip(body: bytes, content_type: str, slot: int) -> tuple[bytes, bytes]:
+    codec = rvcodec.RVCodec(SPACE)
+    answer = translate.answer_translator(content_type, lambda n: codec.object_rv(slot, n).encode())
+    assert answer is not None
+    to_client = answer(body)
+    back = translate.translate_request_body(to_client, content_type, delete_options=False,
+                                            to_native=lambda v: codec.native_for(v, slot))
+    return to_client, back
+
+
+@HYPOTHESIS
+@given(name=st.sampled_from(PROTOBUF_OBJECTS), native=NATIVES, slot=st.integers(0, 3))
+def test_protobuf_answer_then_request_gives_the_partition_its_exact_bytes(name: str, native: int, slot: int) -> None:
+    body = _set_native((PB / name).read_bytes(), native)
+
+    to_client, back = _round_trip(body, translate.PROTOBUF, slot)
+
+    seen: list[tuple[pb.RVField, str]] = []
+    pb.rewrite_rvs(to_client, lambda where, value: seen.append((where, value)) or None)
+    assert seen and all(rvcodec.is_proxy_rv(v) and rvcodec.RVCodec(SPACE).decode(v)[slot] == native for _, v in seen)
+    own = [v for where, v in seen if where is pb.RVField.OWN]
+    assert own  # the object's own RV went out translated...
+    # ...and came back native; references stay as the client sent them (opaque to the partition).
+    back_seen: dict[pb.RVField, set[str]] = {}
+    pb.rewrite_rvs(back, lambda where, value: back_seen.setdefault(where, set()).add(value) or None)
+    assert back_seen[pb.RVField.OWN] == {str(native)}
+    if pb.RVField.REFERENCE in back_seen:
+        assert all(rvcodec.is_proxy_rv(v) for v in back_seen[pb.RVField.REFERENCE])
+    else:
+        assert back == body
+
+
+@HYPOTHESIS
+@given(native=NATIVES, slot=st.integers(0, 3), indent=st.sampled_from([None, 1, 2, 4]),
+       media=st.sampled_from(["application/json", "application/merge-patch+json", "application/yaml"]))
+def test_json_and_yaml_answer_then_request_gives_the_partition_its_native_rv(native: int, slot: int, indent: int | None, media: str) -> None:
+    obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "x", "resourceVersion": str(native)},
+           "spec": {"nodeName": "n"}}
+    if media == "application/yaml":
+        body = yaml.safe_dump(obj).encode().replace(f"'{native}'".encode(), f'"{native}"'.encode())
+    else:
+        body = json.dumps(obj, indent=indent).encode()
+
+    to_client, back = _round_trip(body, media, slot)
+
+    sent = yaml.safe_load(to_client)["metadata"]["resourceVersion"]  # YAML reads JSON too
+    assert rvcodec.is_proxy_rv(sent) and rvcodec.RVCodec(SPACE).decode(sent)[slot] == native
+    assert rvjson.native_rvs(to_client) == []
+    assert yaml.safe_load(back) == obj
+
+
+def test_an_answer_in_an_unknown_media_type_is_not_touched() -> None:
+    assert translate.answer_translator("text/plain", lambda n: b"x") is None
+    assert translate.stream_translator("application/vnd.kubernetes.protobuf", lambda n: b"x") is None  # not a stream
+
+
+def test_json_watch_stream_is_translated_across_chunk_boundaries() -> None:
+    codec = rvcodec.RVCodec(SPACE)
+    lines = b"".join(orjson.dumps({"type": "MODIFIED", "object": {"metadata": {"resourceVersion": str(n)}}}) + b"\n" for n in (5, 6, 7))
+    stream = translate.stream_translator("application/json", lambda n: codec.object_rv(0, n).encode())
+    assert stream is not None
+
+    out = b"".join(stream.feed(lines[i : i + 7]) for i in range(0, len(lines), 7)) + stream.end()
+
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert [codec.decode(e["object"]["metadata"]["resourceVersion"])[0] for e in events] == [5, 6, 7]
+
+
+def test_protobuf_watch_stream_is_translated_frame_by_frame() -> None:
+    codec = rvcodec.RVCodec(SPACE)
+    raw = (PB / "watch-pods.bin").read_bytes()
+    stream = translate.stream_translator("application/vnd.kubernetes.protobuf;stream=watch", lambda n: codec.object_rv(1, n).encode())
+    assert stream is not None
+
+    out = b"".join(stream.feed(raw[i : i + 100]) for i in range(0, len(raw), 100))
+
+    events = [pb.decode_watch_event(f) for f in pb.FrameReader().feed(out)]
+    assert [codec.decode(pb.object_rv(e.object))[1] for e in events[:3]] == [205, 206, 207]
+    assert len(events) == len(pb.FrameReader().feed(raw))
