@@ -25,6 +25,7 @@ run: venv components
 
 lint: venv
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 # Unit tests only (pure logic, no partitions): seconds.
 unit: venv
