@@ -115,9 +115,9 @@ class ResourceVersions:
                 current = [self._current.get(p, 0) for p in space]
                 if not all(current):
                     continue  # a partition's position is not known yet: decide next round
-                epoch = rvcodec.next_epoch(updated, space, current, slot_bits=self.slot_bits(space))
-                if epoch is not None:
-                    updated = rvcodec.with_epoch(updated, epoch, retain=self._config.retain_epochs)
+                updated = rvcodec.catch_up(
+                    updated, space, current, slot_bits=self.slot_bits(space), retain=self._config.retain_epochs
+                )
             if updated is table or await self._write(updated, version):
                 if updated is not table:
                     self.epochs_published += 1

@@ -271,11 +271,31 @@ def next_epoch(table: EpochTable, partitions: tuple[str, ...], current: Sequence
             return None
         # Only the fields that need room move: a partition with few writes keeps its base, so a
         # watch that has not heard from it for a while (bookmarks come about once a minute)
-        # still encodes in the new epoch.
-        base = tuple(max(b, c - lag) if u >= half else b for b, c, u in zip(newest.base, current, used))
+        # still encodes in the new epoch. A field moves at most half the old range, so the new
+        # range starts inside the old one and every position in between encodes in one of them
+        # (a publication that comes late is followed by more: see `catch_up`).
+        base = tuple(
+            max(b, min(c - lag, b + half)) if u >= half else b for b, c, u in zip(newest.base, current, used)
+        )
     else:
         base = tuple(max(0, c - lag) for c in current)
     return Epoch(table.newest_number + 1, partitions, slot_bits, base)
+
+
+# epochs one catch-up may publish at most: far more than a table that is merely late needs.
+MAX_CATCH_UP = 64
+
+
+def catch_up(table: EpochTable, partitions: tuple[str, ...], current: Sequence[int], *, slot_bits: int, retain: int) -> EpochTable:
+    """`table` with as many new epochs of `partitions` as `next_epoch` asks for in a row (each
+    moves its fields at most half a range), so that `current` has headroom again. Returns
+    `table` itself when none is needed."""
+    for _ in range(MAX_CATCH_UP):
+        epoch = next_epoch(table, partitions, current, slot_bits=slot_bits)
+        if epoch is None:
+            break
+        table = with_epoch(table, epoch, retain=retain)
+    return table
 
 
 def with_epoch(table: EpochTable, epoch: Epoch, *, retain: int) -> EpochTable:

@@ -17,7 +17,9 @@ from routing.rv import (
     RVMalformed,
     RVNotInSpace,
     RVTooOld,
+    MAX_CATCH_UP,
     RVUnencodable,
+    catch_up,
     compare,
     is_proxy_rv,
     is_valid_rv,
@@ -130,9 +132,7 @@ def test_rvs_strictly_increase_along_a_union_watch_across_epoch_rollovers(
     for slot, delta in steps:
         vector[slot] += delta
         # The publisher runs between events (it sees the partitions' current RVs = this vector).
-        epoch = next_epoch(codec.table, space, vector, slot_bits=bits)
-        if epoch is not None:
-            codec.set_table(with_epoch(codec.table, epoch, retain=1000))
+        codec.set_table(catch_up(codec.table, space, vector, slot_bits=bits, retain=1000))
         current = codec.encode(vector)
         assert compare(current, previous) == 1, (previous, current)
         assert _kep5504_key(current) > _kep5504_key(previous)
@@ -155,9 +155,7 @@ def test_kep5504_order_matches_causal_order_of_vectors_in_every_epoch(data: st.D
     current = [100] * n
     for _ in range(data.draw(st.integers(0, 6))):
         current = [c + data.draw(st.integers(0, cap)) for c in current]
-        epoch = next_epoch(table, space, current, slot_bits=bits)
-        if epoch is not None:
-            table = with_epoch(table, epoch, retain=1000)
+        table = catch_up(table, space, current, slot_bits=bits, retain=1000)
     codec = RVCodec(space, table)
     # w lags the partitions' current RVs (what the publisher saw) by less than the quarter of a
     # field that epochs leave behind them; v is any earlier position.
@@ -287,3 +285,20 @@ def test_decode_rejects_padding_bits() -> None:
 
     with pytest.raises(RVMalformed):
         codec.decode(str(rv | 1))
+
+
+@HYPOTHESIS
+@given(halves=st.floats(0.01, MAX_CATCH_UP - 2), bits=st.integers(6, 16))
+def test_a_late_catch_up_leaves_no_gap_between_the_old_range_and_the_current_position(halves: float, bits: int) -> None:
+    """However far the partition went past the newest epoch (up to MAX_CATCH_UP half ranges)."""
+    jump = max(1, int(halves * (((1 << bits) - 1) // 2)))
+    space = ("tp1", "tp2")
+    table = _first_epoch(space, (1000, 1000), bits)
+    old = table.epochs[-1]
+
+    table = catch_up(table, space, (1000 + jump, 1000), slot_bits=bits, retain=1000)
+
+    codec = RVCodec(space, table)
+    for native in range(old.base[0] + 1, 1000 + jump + 1, max(1, jump // 97)):
+        codec.encode((native, 1000))  # raises RVUnencodable on a gap
+    assert codec.decode(codec.encode((1000 + jump, 1000))) == (1000 + jump, 1000)
