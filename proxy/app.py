@@ -43,6 +43,7 @@ from routing.cache_policy import CacheMode, plan, selected_name
 from routing.decide import Route, RouteKind, RoutingState, decide, owner_of_namespaced
 from routing.requestinfo import RequestInfo
 from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
+from routing.sli import sli_labels
 from routing.status import status
 from routing.placement import Placement
 from routing.protobuf import object_name
@@ -148,28 +149,41 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
     started = time.monotonic()
     info = parse_request_info(request.method, request.rel_url.raw_path, request.query)
-    route_kind, target, code = "reject", "", 0
+    record = Answer(None)
     long_running = is_long_running(info, request.query)
     ctx.metrics.inflight.labels("long-running" if long_running else "other").inc()
     try:
-        response = await _answer(request, ctx, info)
-        route_kind, target = response.route_kind, response.target
-        code = response.response.status
-        return response.response
+        answer = await _answer(request, ctx, info, record)
+        record.response, record.route_kind, record.target = answer.response, answer.route_kind, answer.target
+        assert answer.response is not None
+        return answer.response
     finally:
+        elapsed = time.monotonic() - started
+        # 499: the client went away before the answer ended (a watch it closed, usually);
+        # the route and partition are those decided before it left.
+        code = str(record.response.status) if record.response is not None else "499"
+        verb = info.verb or request.method.lower()
         ctx.metrics.inflight.labels("long-running" if long_running else "other").dec()
-        ctx.metrics.requests.labels(info.verb or request.method.lower(), route_kind, target, str(code or 499)).inc()
-        ctx.metrics.duration.labels(info.verb or request.method.lower(), route_kind).observe(time.monotonic() - started)
+        ctx.metrics.requests.labels(verb, record.route_kind, record.target, code).inc()
+        ctx.metrics.duration.labels(verb, record.route_kind).observe(elapsed)
+        if not long_running:
+            labels = sli_labels(info, method=request.method, content_type=request.headers.get("Content-Type", ""))
+            if labels is not None:
+                ctx.metrics.sli.labels(*labels.values()).observe(elapsed)
 
 
 @dataclass(slots=True)
 class Answer:
-    response: web.StreamResponse
+    """The answer to a request and where it was routed. `record` in the pipeline is filled in
+    as soon as the route is known, so a request its client abandons is still counted under its
+    route."""
+
+    response: web.StreamResponse | None
     route_kind: str = "reject"
     target: str = ""
 
 
-async def _answer(request: web.Request, ctx: ProxyContext, info: RequestInfo) -> Answer:
+async def _answer(request: web.Request, ctx: ProxyContext, info: RequestInfo, record: Answer) -> Answer:
     """The request pipeline: limits, authentication, route, impersonation, watch limits,
     then cache, forward or union."""
     if (too_big := _limits_response(request, ctx)) is not None:
@@ -180,13 +194,13 @@ async def _answer(request: web.Request, ctx: ProxyContext, info: RequestInfo) ->
     klass = request_class(request.method, is_long_running(info, request.query))
     try:
         with ctx.overload.admit(klass, identity.user):
-            return await _admitted(request, ctx, info, identity)
+            return await _admitted(request, ctx, info, identity, record)
     except Overloaded as exc:
         ctx.metrics.rejected.labels(exc.request_class, exc.reason).inc()
         return Answer(status_response(429, "TooManyRequests", f"too many requests: {exc}", headers={"Retry-After": "1"}))
 
 
-async def _admitted(request: web.Request, ctx: ProxyContext, info: RequestInfo, identity: Identity) -> Answer:
+async def _admitted(request: web.Request, ctx: ProxyContext, info: RequestInfo, identity: Identity, record: Answer) -> Answer:
     route = decide(info, ctx.routing)
     body: bytes | None = None
     if route.kind is RouteKind.NEEDS_BODY_NAME:
@@ -209,7 +223,7 @@ async def _admitted(request: web.Request, ctx: ProxyContext, info: RequestInfo, 
     if info.verb == "watch":
         try:
             with ctx.watches.hold(identity.user):
-                return await _route(request, ctx, info, route, identity, body)
+                return await _route(request, ctx, info, route, identity, body, record)
         except TooManyWatches:
             return Answer(
                 status_response(
@@ -219,15 +233,17 @@ async def _admitted(request: web.Request, ctx: ProxyContext, info: RequestInfo, 
                     headers={"Retry-After": "1"},
                 )
             )
-    return await _route(request, ctx, info, route, identity, body)
+    return await _route(request, ctx, info, route, identity, body, record)
 
 
 async def _route(
-    request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route, identity: Identity, body: bytes | None
+    request: web.Request, ctx: ProxyContext, info: RequestInfo, route: Route, identity: Identity, body: bytes | None,
+    record: Answer,
 ) -> Answer:
     cached = try_cache(request, ctx, info, route)
     if cached is not None:
         cache, found = cached
+        record.route_kind, record.target = "serve-from-cache", cache.spec.name
         partitions = [route.partitions[0]] if info.partition and route.kind is RouteKind.FORWARD else list(cache.space)
         decision = await ctx.authz.allowed(identity, cache_attributes(info, request), partitions)
         if not decision.allowed:
@@ -235,6 +251,7 @@ async def _route(
         answer = await serve_from_cache(request, ctx, info, route, cache, found)
         if answer is not None:
             return Answer(answer, "serve-from-cache", cache.spec.name)
+    record.route_kind, record.target = route.kind.value, route.partitions[0] if route.kind is RouteKind.FORWARD else "union"
     if route.kind is RouteKind.FORWARD:
         response = await forward(request, ctx=ctx, info=info, route=route, identity=identity, body=body)
         return Answer(response, route.kind.value, route.partitions[0])

@@ -9,6 +9,10 @@ partition_proxy_inflight_requests{kind}: requests being served now (`kind`: long
 partition_proxy_degraded_answers_total{partition, kind}: union answers with a partition down
   (kind stale: its part from a watch cache; partial: left out).
 partition_proxy_rejected_requests_total{class, reason}: 429s from the in-flight limits.
+apiserver_request_sli_duration_seconds{verb, group, version, resource, subresource, scope,
+  component}: kube-apiserver's request SLI histogram, same name, labels and buckets
+  (routing.sli), for every resource request that is not long-running, so clusterloader2's API
+  responsiveness measurement reads the proxy as it reads kube-apiserver.
 partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
 partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
 """
@@ -21,6 +25,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from routing.sli import SLI_BUCKETS, SLI_LABELS
+
 # seconds; from 5 ms (a cached answer on loopback) to 60 s (the partitions' request timeout).
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -30,6 +36,7 @@ class Metrics:
     registry: CollectorRegistry
     requests: Counter
     duration: Histogram
+    sli: Histogram
     inflight: Gauge
     degraded: Counter
     rejected: Counter
@@ -66,6 +73,14 @@ class Metrics:
                 "Time from request to the end of the answer, in seconds.",
                 ("verb", "route"),
                 buckets=_BUCKETS,
+                registry=registry,
+            ),
+            sli=Histogram(
+                "apiserver_request_sli_duration_seconds",
+                "Response latency distribution in seconds for each verb, group, version, resource, subresource, "
+                "scope and component (kube-apiserver's SLI histogram, measured at the proxy).",
+                SLI_LABELS,
+                buckets=SLI_BUCKETS,
                 registry=registry,
             ),
             inflight=Gauge(

@@ -3,6 +3,7 @@ kube-apiserver's, protobuf pass-through, identity forwarding, health and metrics
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 
@@ -163,3 +164,30 @@ async def test_health_and_metrics(kube: Kube) -> None:
     assert code == 200
     assert 'partition_proxy_requests_total{code="200",partition="union",route="fan-out",verb="list"}' in text
     assert "partition_proxy_request_duration_seconds_bucket" in text
+
+
+async def test_request_sli_histogram_is_kube_apiservers_and_abandoned_watches_keep_their_route(kube: Kube, unique: str) -> None:
+    """clusterloader2's API responsiveness reads apiserver_request_sli_duration_seconds by
+    verb, resource, subresource and scope; a watch its client closes is a 499 of its route."""
+    namespace = f"acme-sli{unique}"
+    kube.kubectl("create", "namespace", namespace)
+    kube.kubectl("create", "configmap", "c", "-n", namespace)
+    kube.kubectl("get", "configmap", "c", "-n", namespace)
+    before = kube.metric("partition_proxy_requests_total", route="fan-out", partition="union", verb="watch", code="499")
+    async with aiohttp.ClientSession() as s:
+        async with s.get(kube.proxy.server + "/api/v1/pods?watch=1", ssl=kube.client_ssl()) as r:
+            assert r.status == 200  # then closed by the client before the watch ends
+
+    def sli(**labels: str) -> float:
+        return kube.metric("apiserver_request_sli_duration_seconds_count", component="apiserver", **labels)
+
+    assert sli(verb="POST", resource="configmaps", scope="resource") >= 1
+    assert sli(verb="GET", resource="configmaps", scope="resource") >= 1
+    assert sli(verb="LIST", resource="namespaces", scope="cluster") + sli(verb="POST", resource="namespaces", scope="resource") >= 1
+    assert sli(verb="WATCH") == 0  # long-running requests are not in the SLI (clusterloader2 leaves them out)
+    for _ in range(150):
+        if kube.metric("partition_proxy_requests_total", route="fan-out", partition="union", verb="watch", code="499") > before:
+            break
+        await asyncio.sleep(0.1)
+    assert kube.metric("partition_proxy_requests_total", route="fan-out", partition="union", verb="watch", code="499") >= before + 1
+    assert kube.metric("partition_proxy_requests_total", route="reject", partition="", code="499") == 0
