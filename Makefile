@@ -43,4 +43,5 @@ bench: venv components
 	$(VENV)/bin/python -m bench.list_nodes
 	$(VENV)/bin/python -m bench.watch_fanout
 	$(VENV)/bin/python -m bench.cache_memory
+	$(VENV)/bin/python -m bench.union_watch
 	$(VENV)/bin/python -m bench.report

@@ -133,10 +133,92 @@ def render_cache_memory(doc: dict[str, Any], path: Path | None = None) -> str:
     )
 
 
+def _pair(a: Any, b: Any, digits: int = 1) -> str:
+    return f"{_f(a, digits)} / {_f(b, digits)}"
+
+
+def render_union_watch(doc: dict[str, Any], path: Path | None = None) -> str:
+    rows, cpu_rows = [], []
+    for c in doc["cases"]:
+        p, d, w, hop = c["proxy"], c["direct"], c["writer"], c.get("lag_breakdown", {})
+        hop = hop.get("proxy_receive_after_direct_receive", {})
+        use = c.get("cpu", {})
+        rows.append([
+            c["encoding"],
+            f"{_f(c['rate'])} / {_f(w.get('achieved_per_s'))}",
+            f"{_f(p['delivered'])} / {_f(d['delivered'])} of {_f(p['expected'])}",
+            _pair(p["events_per_s"], d["events_per_s"]),
+            _x(c["ratio_events_per_s_proxy_over_direct"]),
+            _pair(p["lag_p50_ms"], d["lag_p50_ms"]),
+            _x(c["ratio_lag_p50_proxy_over_direct"]),
+            _pair(p["lag_p99_ms"], d["lag_p99_ms"]),
+            _x(c["ratio_lag_p99_proxy_over_direct"]),
+            _pair(p["lag_max_ms"], d["lag_max_ms"]),
+            _pair(hop.get("p50_ms"), hop.get("p99_ms")),
+            _f(p.get("proxy_cpu_ms_per_event"), 3),
+            _pair(use.get("proxy", {}).get("mean_cores"), use.get("proxy", {}).get("max_cores"), 2),
+            c.get("note", ""),
+        ])
+
+        def cpu(*names: str) -> str:
+            return _f(round(sum(use.get(n, {}).get("cpu_s") or 0 for n in names), 2), 2)
+
+        def wait(*names: str) -> str:
+            return _f(round(sum(use.get(n, {}).get("runqueue_wait_s") or 0 for n in names), 2), 2)
+
+        pw = use.get("proxy", {})
+        cpu_rows.append([
+            c["run"],
+            _f(use.get("machine", {}).get("mean_cores"), 2),
+            cpu("proxy"), cpu("tp1_apiserver", "tp2_apiserver"), cpu("tp1_etcd", "tp2_etcd"), cpu("writer"),
+            cpu("watcher_proxy", "watcher_direct"), cpu("other_processes"),
+            f"{wait('proxy')} ({_f(pw.get('runqueue_wait_per_timeslice_ms'), 3)})",
+            wait("tp1_apiserver", "tp2_apiserver"),
+            _pair((w.get("patch_round_trip_ms") or {}).get("p50_ms"), (w.get("patch_round_trip_ms") or {}).get("p99_ms")),
+        ])
+    header = [
+        "encoding", "writes/s asked / done", "delivered (proxy / direct)", "events/s (proxy / direct)", "ratio",
+        "lag p50 ms", "ratio", "lag p99 ms", "ratio", "lag max ms", "proxy hop p50 / p99 ms",
+        "proxy CPU ms per event", "proxy cores mean / busiest s", "note",
+    ]
+    cpu_header = [
+        "step", "machine busy cores", "CPU s: proxy", "apiservers tp1+tp2", "etcd tp1+tp2", "writer", "watchers",
+        "other processes", "run-queue wait s: proxy (ms per timeslice)", "apiservers", "PATCH answered ms p50 / p99",
+    ]
+    targets = "; ".join(
+        f"{t['encoding']}: proxy {_f(t['proxy_p99_ms'])} ms / direct {_f(t['direct_p99_ms'])} ms at "
+        f"{_f(t['achieved_write_rate'])} writes/s done — {'**met**' if t['met'] else '**not met**'}"
+        for t in doc.get("targets", [])
+    )
+    cost = doc.get("rewrite_cost", {})
+    cost_rows = [
+        [r["encoding"], r["path"], f"`{r['what']}`", _f(r["us_per_event"], 2), _f(r["baseline_us_per_event"], 2),
+         _x(r["ratio_over_baseline"]), _f(r["cores_at_1000_per_s"], 3)]
+        for r in cost.get("rows", [])
+    ]
+    cost_header = ["encoding", "path", "rewrite", "µs per event", "bare read µs (decode only)", "ratio", "cores at 1,000 events/s"]
+    capture = doc.get("capture", {})
+    sizes = ", ".join(f"{k} {v['events']} × {v['mean_bytes']:,} B" for k, v in capture.items() if isinstance(v, dict))
+    return (
+        _heading(doc, path)
+        + "\nLag = receive time - the write's send time (wall clock, ns, in an annotation). Proxy hop = the proxy watch's "
+        + "receive - the direct watch's receive of the same write. Target (issue): union watch lag p99 <= 50 ms at "
+        + f"1,000 events/s: {targets or '–'}\n\n"
+        + _table(header, rows)
+        + "\n\nWhere the CPU went during each step (sampled from /proc; run-queue wait = runnable but not on a CPU):\n\n"
+        + _table(cpu_header, cpu_rows)
+        + f"\n\nPer-event cost of the rewrite in-process (timeit, min of {doc['params'].get('timeit_repeat')}), "
+        + f"{cost.get('source', '')}{f' ({sizes})' if sizes else ''}:\n\n"
+        + _table(cost_header, cost_rows)
+        + "\n"
+    )
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any], Path | None], str]] = {
     "list_nodes": render_list_nodes,
     "watch_fanout": render_watch_fanout,
     "cache_memory": render_cache_memory,
+    "union_watch": render_union_watch,
 }
 
 

@@ -68,6 +68,7 @@ from bench.common import (
     install_sigterm,
     log,
     new_session,
+    percentile,
     ratio,
 )
 from config.load import load_config
@@ -120,7 +121,7 @@ class GoProcs:
         rc = proc.wait(timeout)
         text = out.read_bytes()
         if not text.strip():
-            raise RuntimeError(f"{proc.args} exited {rc} without a report")
+            raise RuntimeError(f"{proc.args!r} exited {rc} without a report")
         doc: dict[str, Any] = orjson.loads(text)
         doc["exit_status"] = rc
         return doc
@@ -131,16 +132,37 @@ class GoProcs:
         self.procs.clear()
 
 
+def schedstat(pid: int) -> tuple[float, float, int]:
+    """(seconds on a CPU, seconds runnable but waiting for a CPU, timeslices) of every thread of
+    `pid` (/proc/<pid>/task/*/schedstat, the kernel's sched_info). Raises OSError."""
+    run = wait = slices = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, ValueError):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                a, b, c = (int(x) for x in f.read().split())
+            run, wait, slices = run + a, wait + b, slices + c
+    return run / 1e9, wait / 1e9, slices
+
+
 class CpuSampler:
     """Samples CPU seconds of some pids and the machine's busy time every `interval` seconds in a
-    thread; `utilisation()` gives the mean and busiest interval in cores."""
+    thread; `utilisation()` gives the mean and busiest interval in cores, and from the first and
+    last sample each pid's run-queue wait (time runnable but not running: CPU contention)."""
 
     def __init__(self, pids: dict[str, int], interval: float = 1.0) -> None:
         self.pids = pids
         self.interval = interval
         self.samples: list[tuple[float, dict[str, float], float]] = []
+        self.sched: list[dict[str, tuple[float, float, int]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def _sched(self) -> None:
+        snap = {}
+        for name, pid in self.pids.items():
+            with contextlib.suppress(OSError):
+                snap[name] = schedstat(pid)
+        self.sched.append(snap)
 
     def _sample(self) -> None:
         cpu = {}
@@ -154,6 +176,7 @@ class CpuSampler:
             self._sample()
 
     def __enter__(self) -> CpuSampler:
+        self._sched()
         self._sample()
         self._thread.start()
         return self
@@ -162,6 +185,7 @@ class CpuSampler:
         self._stop.set()
         self._thread.join(5)
         self._sample()
+        self._sched()
 
     def utilisation(self) -> dict[str, dict[str, float]]:
         """{name: {mean_cores, max_cores, cpu_s}} per pid and for "machine" (busy cores)."""
@@ -183,6 +207,10 @@ class CpuSampler:
                 "mean_cores": round((b - a) / max(t1 - t0, 1e-9), 3),
                 "max_cores": round(max(peaks, default=0.0), 3),
             }
+            if name in self.sched[0] and name in self.sched[-1]:
+                (_, w0, n0), (_, w1, n1) = self.sched[0][name], self.sched[-1][name]
+                out[name]["runqueue_wait_s"] = round(w1 - w0, 3)
+                out[name]["runqueue_wait_per_timeslice_ms"] = round((w1 - w0) / max(n1 - n0, 1) * 1000, 3)
         return out
 
 
@@ -293,20 +321,22 @@ def run_step(
 ) -> dict[str, Any]:
     run = f"{encoding}-{rate}"
     planned = int(rate * args.step_seconds)
-    # the writer may fall behind (its own bound: step + 30 s); the watchers end earlier when
-    # they have every event or nothing came for --idle-seconds
-    watch_seconds = args.step_seconds + 30 + args.drain_seconds
+    # the writer stops sending at the end of the step (writes it could not send in time are
+    # skipped); the watchers end earlier than this bound when they have every event or nothing
+    # came for --idle-seconds
+    watch_seconds = args.step_seconds + args.drain_seconds
     ready = {side: procs.directory / f"{run}-{side}.ready" for side in ("proxy", "direct")}
     for f in ready.values():
         f.unlink(missing_ok=True)
     direct_kubeconfigs = ",".join(str(fed.partition(tp).admin_kubeconfig) for tp in TPS)
+    logs = {name: procs.directory / f"{run}-{name}.csv" for name in ("proxy", "direct", "write")}
     common = ["--path", WATCH_PATH, "--content-type", encoding, "--run", run, "--expect", str(planned),
               "--duration", f"{watch_seconds}s", "--idle", f"{args.idle_seconds}s"]
     watchers = {
         "proxy": procs.start(f"{run}-watch-proxy", ["watch", "--kubeconfig", str(proxy_kubeconfig), *common,
-                                                    "--ready-file", str(ready["proxy"])]),
+                                                    "--ready-file", str(ready["proxy"]), "--events-out", str(logs["proxy"])]),
         "direct": procs.start(f"{run}-watch-direct", ["watch", "--kubeconfig", direct_kubeconfigs, *common,
-                                                      "--ready-file", str(ready["direct"])]),
+                                                      "--ready-file", str(ready["direct"]), "--events-out", str(logs["direct"])]),
     }
     deadline = time.monotonic() + READY_TIMEOUT
     while not all(f.exists() for f in ready.values()):
@@ -324,8 +354,6 @@ def run_step(
         "proxy": proxy.popen.pid,
         **{f"{tp}_apiserver": apiserver_pid(fed.partition(tp)) for tp in TPS},
         **{f"{tp}_etcd": etcd_pid(fed, tp) for tp in TPS},
-        "watcher_proxy": watchers["proxy"][0].pid,
-        "watcher_direct": watchers["direct"][0].pid,
     }
     log(f"{run}: watchers open; writing {planned} events at {rate}/s for {args.step_seconds:.0f} s")
     with CpuSampler(pids) as sampler:
@@ -334,14 +362,19 @@ def run_step(
             "--namespace", ",".join(TENANT_NAMESPACES[tp] for tp in TPS),
             "--rate", str(rate), "--duration", f"{args.step_seconds}s", "--objects", str(args.objects),
             "--prefix", "bench-", "--clients", str(args.clients), "--run", run, "--content-type", "protobuf",
+            "--log-out", str(logs["write"]),
         ])
         writer = GoProcs.report(writer_proc, writer_out, timeout=args.step_seconds + 60)
         reports = {side: GoProcs.report(proc, out, timeout=watch_seconds + 60) for side, (proc, out) in watchers.items()}
     use = sampler.utilisation()
+    # The Go clients exit before the last sample: their own rusage.
+    clients_cpu = {"writer": float(writer.get("cpu_seconds") or 0),
+                   **{f"watcher_{side}": float(reports[side].get("cpu_seconds") or 0) for side in ("proxy", "direct")}}
+    for name, cpu in clients_cpu.items():
+        use[name] = {"cpu_s": cpu}
     if "machine" in use:
-        # CPU of everything else on the machine (other work, the rp1 partition, this process)
-        ours = sum(v["cpu_s"] for k, v in use.items() if k != "machine") + (writer.get("cpu_seconds") or 0)
-        use["writer"] = {"cpu_s": writer.get("cpu_seconds")}
+        # everything else on the machine: other work, rp1, this process
+        ours = sum(v["cpu_s"] for k, v in use.items() if k != "machine")
         use["other_processes"] = {"cpu_s": round(use["machine"]["cpu_s"] - ours, 3)}
     written = writer.get("writes_ok", 0)
     proxy_side, direct_side = side_summary(reports["proxy"], written), side_summary(reports["direct"], written)
@@ -352,7 +385,7 @@ def run_step(
         "encoding": encoding,
         "rate": rate,
         "run": run,
-        "writer": {k: writer.get(k) for k in ("writes_planned", "writes_sent", "writes_ok", "achieved_per_s", "send_seconds",
+        "writer": {k: writer.get(k) for k in ("writes_planned", "writes_sent", "writes_skipped", "writes_ok", "achieved_per_s", "send_seconds",
                                               "behind_schedule_ms", "patch_round_trip_ms", "errors_total", "errors",
                                               "targets", "cpu_seconds", "fatal", "exit_status")},
         "proxy": proxy_side,
@@ -363,6 +396,7 @@ def run_step(
         "ratio_lag_p99_proxy_over_direct": ratio(proxy_side["lag_p99_ms"] or 0, direct_side["lag_p99_ms"] or 0),
         "proxy_added_lag_p50_ms": _diff(proxy_side["lag_p50_ms"], direct_side["lag_p50_ms"]),
         "proxy_added_lag_p99_ms": _diff(proxy_side["lag_p99_ms"], direct_side["lag_p99_ms"]),
+        "lag_breakdown": lag_breakdown(logs),
     }
     notes = []
     for side in ("proxy", "direct"):
@@ -371,14 +405,57 @@ def run_step(
             notes.append(f"{side}: {s['delivered']} of {written} events delivered ({s['stop_reason']})")
         if any(st["ended_early"] for st in s["streams"]) or s["fatal"]:
             notes.append(f"{side}: {s['fatal']}")
-    if writer.get("writes_ok", 0) < planned:
-        notes.append(f"writer: {writer.get('writes_ok')} of {planned} writes ok ({writer.get('errors_total')} errors)")
+    if writer.get("writes_skipped"):
+        notes.append(f"writer: {writer['writes_skipped']:,} of {planned:,} writes not sent within the step (the partitions "
+                     f"answered {writer.get('achieved_per_s')}/s)")
+    if writer.get("errors_total"):
+        notes.append(f"writer: {writer['errors_total']} errors")
     if notes:
         case["note"] = "; ".join(notes)
     log(f"{run}: written {written} at {writer.get('achieved_per_s')}/s; proxy {proxy_side['delivered']} "
         f"p50/p99 {proxy_side['lag_p50_ms']}/{proxy_side['lag_p99_ms']} ms; direct {direct_side['delivered']} "
         f"p50/p99 {direct_side['lag_p50_ms']}/{direct_side['lag_p99_ms']} ms; proxy CPU {use.get('proxy')}")
     return case
+
+
+def read_log(path: Path) -> dict[int, tuple[int, int]]:
+    """seq -> (a_ns, b_ns) of a CSV written by rvcheck --events-out / --log-out ({} if absent)."""
+    out: dict[int, tuple[int, int]] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for line in path.read_text().splitlines():
+            seq, a, b = line.split(",")
+            out[int(seq)] = (int(a), int(b))
+    return out
+
+
+def lag_breakdown(logs: dict[str, Path]) -> dict[str, Any]:
+    """Where each event's lag went, joined per write (seq) over the writer's and both watchers'
+    logs, all on this machine's wall clock: the write until its PATCH was answered; the direct
+    watch's receive after that answer (negative when the event arrived first); the proxy's
+    receive after the direct watch's receive of the same event (the proxy's hop)."""
+    write, proxy, direct = read_log(logs["write"]), read_log(logs["proxy"]), read_log(logs["direct"])
+
+    def summary(values_ns: list[int]) -> dict[str, Any]:
+        if not values_ns:
+            return {"count": 0}
+        ms = [v / 1e6 for v in values_ns]
+        return {"count": len(ms), "p50_ms": round(percentile(ms, 50), 3), "p99_ms": round(percentile(ms, 99), 3),
+                "min_ms": round(min(ms), 3), "max_ms": round(max(ms), 3)}
+
+    starts = [sent for sent, _ in write.values()]
+    by_second: dict[int, list[int]] = {}
+    for s in proxy:
+        if s in direct and starts:
+            by_second.setdefault((direct[s][1] - min(starts)) // 1_000_000_000, []).append(proxy[s][1] - direct[s][1])
+    return {
+        "write_answered_after_send": summary([done - sent for sent, done in write.values()]),
+        "direct_receive_after_answer": summary([direct[s][1] - write[s][1] for s in write if s in direct]),
+        "proxy_receive_after_answer": summary([proxy[s][1] - write[s][1] for s in write if s in proxy]),
+        "proxy_receive_after_direct_receive": summary([proxy[s][1] - direct[s][1] for s in proxy if s in direct]),
+        "proxy_receive_after_direct_receive_by_second": [
+            {"second": sec, **summary(values)} for sec, values in sorted(by_second.items())
+        ],
+    }
 
 
 def _diff(a: float | None, b: float | None) -> float | None:

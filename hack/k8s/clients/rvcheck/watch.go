@@ -4,7 +4,7 @@ package main
 // `write` run stamped and their delivery lag (bench/union_watch.py's watcher).
 //
 //	rvcheck watch --kubeconfig K1[,K2...] --path /api/v1/configmaps --run TAG
-//	              [--expect N] [--duration 40s] [--idle 5s] [--ready-file F] [--content-type protobuf|json]
+//	              [--expect N] [--duration 40s] [--idle 5s] [--ready-file F] [--events-out F] [--content-type protobuf|json]
 //
 // Each stream first LISTs the path (its resourceVersion is where the watch starts, unless
 // --resource-version is given), then watches it with allowWatchBookmarks=true through client-go's
@@ -15,6 +15,8 @@ package main
 // equal to --run; its lag is the receive time minus the write's sent-ns annotation (same
 // machine, same wall clock). The watch ends at --expect distinct counted events, after --idle
 // without a counted event (once one arrived), at --duration, or when every stream has ended.
+// --events-out writes one CSV line per counted event, "seq,sent_ns,receive_ns", for joining
+// with another watcher's or the writer's log.
 
 import (
 	"context"
@@ -52,6 +54,7 @@ type watchOptions struct {
 	duration        time.Duration
 	idle            time.Duration
 	readyFile       string
+	eventsOut       string
 }
 
 func parseWatchFlags(args []string) (watchOptions, error) {
@@ -66,6 +69,7 @@ func parseWatchFlags(args []string) (watchOptions, error) {
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "stop after this long (from the moment every watch is open)")
 	fs.DurationVar(&o.idle, "idle", 5*time.Second, "stop after this long without a counted event, once one arrived (0: never)")
 	fs.StringVar(&o.readyFile, "ready-file", "", "write this file once every watch is open")
+	fs.StringVar(&o.eventsOut, "events-out", "", "write seq,sent_ns,receive_ns of every counted event to this CSV file")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -187,6 +191,8 @@ type watchStats struct {
 	seen        map[int]struct{}
 	duplicates  int
 	other       int
+	seqs        []int   // per counted event
+	sentNs      []int64 // per counted event
 	recvNs      []int64 // per counted event
 	lagMs       []float64
 	firstRecv   time.Time
@@ -241,6 +247,8 @@ func (s *watchStats) record(i int, ev watch.Event, now time.Time) int {
 		s.firstRecv = now
 	}
 	s.lastCounted = now
+	s.seqs = append(s.seqs, seq)
+	s.sentNs = append(s.sentNs, sentNs)
 	s.recvNs = append(s.recvNs, now.UnixNano())
 	s.lagMs = append(s.lagMs, float64(now.UnixNano()-sentNs)/1e6)
 	return len(s.seen)
@@ -432,11 +440,15 @@ wait:
 		report.LagBySecond = lagBySecond(stats.recvNs, stats.lagMs)
 	}
 	report.Lag = summarize(append([]float64{}, stats.lagMs...))
+	var csvErr error
+	if o.eventsOut != "" {
+		csvErr = writeEventsCSV(o.eventsOut, stats.seqs, stats.sentNs, stats.recvNs)
+	}
 	stats.mu.Unlock()
 	out := finish()
 	progress(stderr, "watch: %d/%d counted (%s) at %.1f/s, lag p50 %.1f ms p99 %.1f ms max %.1f ms",
 		out.Counted, o.expect, out.StopReason, out.EventsPerS, out.Lag.P50Ms, out.Lag.P99Ms, out.Lag.MaxMs)
-	var errs []error
+	errs := []error{csvErr}
 	for _, st := range out.Streams {
 		if st.EndedEarly {
 			errs = append(errs, fmt.Errorf("the watch on %s ended early: %s", st.Server, strings.Join(st.Errors, "; ")))
@@ -467,4 +479,21 @@ func lagBySecond(recvNs []int64, lagMs []float64) []lagSecond {
 		}
 	}
 	return out
+}
+
+// writeEventsCSV writes "seq,a,b" lines, one per index of the three slices.
+func writeEventsCSV(path string, seqs []int, a, b []int64) error {
+	var buf strings.Builder
+	for i, seq := range seqs {
+		buf.WriteString(strconv.Itoa(seq))
+		buf.WriteByte(',')
+		buf.WriteString(strconv.FormatInt(a[i], 10))
+		buf.WriteByte(',')
+		buf.WriteString(strconv.FormatInt(b[i], 10))
+		buf.WriteByte('\n')
+	}
+	if err := os.WriteFile(path, []byte(buf.String()), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }

@@ -3,16 +3,19 @@ package main
 // write: sustained, rate-limited updates of ConfigMaps (bench/union_watch.py's writer).
 //
 //	rvcheck write --kubeconfig K1[,K2...] --namespace NS1[,NS2...] --rate 1000 --duration 20s
-//	              [--objects 300] [--prefix bench-] [--clients 8] [--run TAG] [--content-type protobuf|json]
+//	              [--objects 300] [--prefix bench-] [--clients 8] [--run TAG] [--log-out F] [--content-type protobuf|json]
 //
 // Write i (0-based) is due at start + i/rate and goes to object i mod objects; object o lives in
 // target o mod len(targets) (kubeconfig and namespace at the same position), so writes spread
 // evenly over the targets. Each write is a JSON merge patch of three annotations: the wall clock
 // of the send in Unix nanoseconds (taken just before the request goes out), the write's number
 // and --run. `clients` workers send the writes, each over its own connection per target; a
-// write whose worker is busy waits (the report says how far behind schedule sends fell). The
+// write whose worker is busy waits (the report says how far behind schedule sends fell), and
+// writes not handed to a worker by the end of --duration are skipped (writes_skipped: the
+// servers, or the machine, could not take the rate). The
 // objects must exist (the caller creates them: creating here would put ADDED events in the
-// watches under test).
+// watches under test). --log-out writes one CSV line per successful write,
+// "seq,sent_ns,answered_ns" (the PATCH's answer arrived), for joining with a watcher's log.
 
 import (
 	"context"
@@ -44,6 +47,7 @@ type writeOptions struct {
 	duration    time.Duration
 	clients     int
 	run         string
+	logOut      string
 }
 
 func parseWriteFlags(args []string) (writeOptions, error) {
@@ -59,6 +63,7 @@ func parseWriteFlags(args []string) (writeOptions, error) {
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long to write (rate x duration writes)")
 	fs.IntVar(&o.clients, "clients", 8, "concurrent workers, each with its own connection per target")
 	fs.StringVar(&o.run, "run", "run", "value of the run annotation")
+	fs.StringVar(&o.logOut, "log-out", "", "write seq,sent_ns,answered_ns of every successful write to this CSV file")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -93,6 +98,7 @@ type writeReport struct {
 	RequestedPerS float64       `json:"requested_per_s"`
 	Planned       int           `json:"writes_planned"`
 	Sent          int           `json:"writes_sent"`
+	Skipped       int           `json:"writes_skipped"` // not handed to a worker within --duration
 	OK            int           `json:"writes_ok"`
 	// AchievedPerS: writes_ok / (last answer - first send), seconds.
 	AchievedPerS float64        `json:"achieved_per_s"`
@@ -137,9 +143,12 @@ type writeStats struct {
 	lastSend  time.Time
 	lastDone  time.Time
 	errs      errorLog
+	okSeqs    []int   // per successful write
+	okSentNs  []int64 // per successful write
+	okDoneNs  []int64 // per successful write
 }
 
-func (s *writeStats) record(target int, due, sent, done time.Time, err error, subject string) {
+func (s *writeStats) record(seq, target int, due, sent, done time.Time, err error, subject string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sent++
@@ -156,6 +165,9 @@ func (s *writeStats) record(target int, due, sent, done time.Time, err error, su
 		return
 	}
 	s.ok++
+	s.okSeqs = append(s.okSeqs, seq)
+	s.okSentNs = append(s.okSentNs, sent.UnixNano())
+	s.okDoneNs = append(s.okDoneNs, done.UnixNano())
 	s.perTarget[target].WritesOK++
 	s.patchMs = append(s.patchMs, float64(done.Sub(sent))/1e6)
 	if done.After(s.lastDone) {
@@ -209,22 +221,30 @@ func runWrite(o writeOptions, stderr io.Writer) (writeReport, error) {
 				rctx, rcancel := context.WithTimeout(ctx, writeRequestTimeout)
 				_, err := mine[target].CoreV1().ConfigMaps(o.namespaces[target]).Patch(rctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 				rcancel()
-				stats.record(target, job.due, sent, time.Now(), err, o.namespaces[target]+"/"+name)
+				stats.record(job.seq, target, job.due, sent, time.Now(), err, o.namespaces[target]+"/"+name)
 			}
 		}(clients[w])
 	}
 
 	progress(stderr, "write: %d writes at %.0f/s over %d objects in %v, %d clients", report.Planned, o.rate, o.objects, o.kubeconfigs, o.clients)
 	start := time.Now()
+	end := start.Add(o.duration)
 	interval := time.Duration(float64(time.Second) / o.rate)
+	stop := time.NewTimer(o.duration)
+	defer stop.Stop()
 dispatch:
 	for seq := 0; seq < report.Planned; seq++ {
 		due := start.Add(time.Duration(seq) * interval)
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		}
+		if time.Now().After(end) {
+			break
+		}
 		select {
 		case jobs <- writeJob{seq: seq, due: due}:
+		case <-stop.C:
+			break dispatch
 		case <-ctx.Done():
 			break dispatch
 		}
@@ -236,6 +256,7 @@ dispatch:
 	defer stats.mu.Unlock()
 	report.Targets = stats.perTarget
 	report.Sent, report.OK = stats.sent, stats.ok
+	report.Skipped = report.Planned - report.Sent
 	report.WallSeconds = round3(time.Since(start).Seconds())
 	if !stats.firstSend.IsZero() {
 		report.StartedAtNs = stats.firstSend.UnixNano()
@@ -251,9 +272,12 @@ dispatch:
 	report.PatchMs = summarize(stats.patchMs)
 	report.Errors, report.ErrorsTotal = stats.errs.snapshot()
 	report.CPUSeconds = round3(ownCPUSeconds())
-	progress(stderr, "write: %d/%d ok at %.1f/s, %d errors, behind schedule p99 %.1f ms", report.OK, report.Planned, report.AchievedPerS, report.ErrorsTotal, report.BehindMs.P99Ms)
-	if report.Sent < report.Planned {
-		return report, fmt.Errorf("write: only %d of %d writes sent before the deadline", report.Sent, report.Planned)
+	if o.logOut != "" {
+		if err := writeEventsCSV(o.logOut, stats.okSeqs, stats.okSentNs, stats.okDoneNs); err != nil {
+			return report, err
+		}
 	}
+	progress(stderr, "write: %d/%d ok at %.1f/s, %d skipped, %d errors, behind schedule p99 %.1f ms",
+		report.OK, report.Planned, report.AchievedPerS, report.Skipped, report.ErrorsTotal, report.BehindMs.P99Ms)
 	return report, nil
 }
