@@ -32,7 +32,7 @@ import orjson
 
 from routing import protobuf as pb
 from routing import rv as rvcodec
-from routing.rvjson import find_values, replace_spans, translate_natives
+from routing.rvjson import find_own_rv, find_values, replace_spans, translate_natives
 from routing.status import expired, watch_error_event
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -246,11 +246,19 @@ class WatchMerge:
             self.finished = True
             return [watch_error_event(expired(f"resourceVersion cannot be encoded: {exc}"))]
         slot = self.space.index(partition)
-        body = translate_natives(line.rstrip(b"\n"), object_translator(self.codec, slot))
-        if stamp:
-            paths = _TABLE_EVENT_OWN_RV if obj.get("kind") == "Table" else _EVENT_OWN_RV
-            body = replace_spans(body, find_values(body, paths, limit=0 if obj.get("kind") == "Table" else 1), stamp.encode())
-        return [body + b"\n"]
+        translate = object_translator(self.codec, slot)
+        line = line.rstrip(b"\n")
+        if not stamp:
+            return [translate_natives(line, translate) + b"\n"]
+        if obj.get("kind") == "Table":
+            body = translate_natives(line, translate)
+            return [replace_spans(body, find_values(body, _TABLE_EVENT_OWN_RV), stamp.encode()) + b"\n"]
+        # The own RV is replaced by the stamp; every other RV field becomes an object-form RV.
+        own = find_own_rv(line, _EVENT_OWN_RV[0], str(native)) if native else None
+        if own is None:
+            return [translate_natives(line, translate) + b"\n"]
+        start, end = own
+        return [translate_natives(line[:start], translate) + stamp.encode() + translate_natives(line[end:], translate) + b"\n"]
 
     def _json_bookmark(self, rv: str, end: bool) -> bytes:
         api_version, kind = self._template

@@ -36,7 +36,7 @@ from config.models import CacheConfig
 from routing import rv as rvcodec
 from routing.cache_policy import CacheSpec
 from routing.merge import object_translator
-from routing.rvjson import find_values, replace_spans, translate_natives
+from routing.rvjson import find_own_rv, translate_natives
 from routing.selectors import FieldSelector, LabelSelector, selectable_fields
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -81,11 +81,13 @@ def event_line(kind: str, raw: bytes, stamp: str = "") -> bytes:
     """A WatchEvent line around already-encoded object bytes (a copy, no re-encoding), with the
     object's own resourceVersion set to `stamp` when given."""
     if stamp:
-        raw = replace_spans(raw, find_values(raw, _OWN_RV, limit=1), stamp.encode())
+        own = find_own_rv(raw, _OWN_RV, None)
+        if own is not None:
+            raw = raw[: own[0]] + stamp.encode() + raw[own[1] :]
     return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
 
 
-_OWN_RV = (("metadata", "resourceVersion"),)
+_OWN_RV = ("metadata", "resourceVersion")
 
 
 class Watcher(Protocol):

@@ -203,3 +203,17 @@ def test_cbor_is_negotiated_away() -> None:
     assert translate.without_cbor("application/cbor, application/json") == "application/json"
     assert translate.without_cbor("application/json") == "application/json"
     assert translate.without_cbor("") == ""
+
+
+def test_find_own_rv_takes_the_go_struct_order_fast_path_and_falls_back_for_other_orders() -> None:
+    from routing.rvjson import find_own_rv
+
+    go_order = b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"p","namespace":"n","uid":"u","resourceVersion":"7","labels":{"a":"b"}}}}'
+    sorted_keys = b'{"type":"ADDED","object":{"apiVersion":"x/v1","data":{"metadata":{"resourceVersion":"9"}},"kind":"Thing","metadata":{"annotations":{"k":"v"},"name":"p","resourceVersion":"7"}}}'
+    path = ("object", "metadata", "resourceVersion")
+
+    for body in (go_order, sorted_keys):
+        span = find_own_rv(body, path, "7")
+        assert span is not None and body[span[0] : span[1]] == b"7"
+    assert find_own_rv(go_order, path, "8") is None
+    assert find_own_rv(b'{"object":{"metadata":{"name":"x\\\\"}}}', path, "1") is None
