@@ -2,8 +2,10 @@
 
 Precedence, first match wins:
 1. partition path prefix `/partitions/<name>/`: a resource partition pins node-scoped objects
-   (its kubelets' Node, Lease, CSINode); a tenant partition pins everything but node-scoped
-   objects (its scheduler's pods and bindings), whose lists stay the union of all RPs;
+   (its kubelets' Node, Lease, CSINode), and a list/watch of leases in every namespace (a node
+   lifecycle controller's lease informer: it reads kube-node-lease out of it); a tenant
+   partition pins everything but node-scoped objects (its scheduler's pods and bindings), whose
+   lists stay the union of all RPs;
 2. node-scoped objects (nodes, leases in kube-node-lease, csinodes): the RP owning the node name;
 3. tenant-scoped objects (namespaces and everything namespaced): the TP owning the tenant;
 4. everything else: the system partition.
@@ -87,12 +89,28 @@ def is_node_scoped(info: RequestInfo) -> bool:
     return key == NODE_LEASE and info.namespace == NODE_LEASE_NAMESPACE
 
 
+def is_pinned_lease_list(info: RequestInfo, placement: Placement) -> bool:
+    """A list/watch of leases in every namespace under a resource partition's path prefix.
+
+    kube-controller-manager's node lifecycle controller watches leases in all namespaces and
+    reads each node's Lease in kube-node-lease from that informer; pointed at an RP it must see
+    the RP's node Leases, as it would talking to the RP's kube-apiserver directly. (Unpinned, a
+    list of every namespace's leases stays the union of the TPs: node Leases are not in it.)"""
+    return (
+        info.partition in placement.resource_partitions
+        and (info.api_group, info.resource) == NODE_LEASE
+        and not info.namespace
+        and not info.name
+        and info.verb in ("list", "watch")
+    )
+
+
 def rv_space_of(info: RequestInfo, state: RoutingState) -> tuple[str, ...]:
     """The RV space of the resource a request is about (see module docstring)."""
     p = state.placement
     if not info.is_resource_request or info.malformed:
         return ()
-    if is_node_scoped(info):
+    if is_node_scoped(info) or is_pinned_lease_list(info, p):
         return p.resource_partitions
     key = (info.api_group, info.resource)
     if info.namespace or key == NAMESPACES or key in state.namespaced:
@@ -124,7 +142,7 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
     # 1. A partition path prefix.
     if pinned:
         pinned_is_rp = pinned in p.resource_partitions
-        if pinned_is_rp and node_scoped:
+        if pinned_is_rp and (node_scoped or is_pinned_lease_list(info, p)):
             return Route(RouteKind.FORWARD, (pinned,), space)
         if not pinned_is_rp and not node_scoped:
             return Route(RouteKind.FORWARD, (pinned,), space)

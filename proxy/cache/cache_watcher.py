@@ -7,7 +7,8 @@ resumes) and never stalls the other watchers (apiserver cacher: cacheWatcher.add
 blocked watcher after a short timeout; here the budget is the queue).
 
 Event types follow the cacher (`cacheWatcher.convertToWatchEvent`): an object that starts
-matching the watcher's selectors arrives as ADDED, one that stops matching as DELETED.
+matching the watcher's selectors arrives as ADDED, one that stops matching as DELETED carrying
+its previous state (the one that matched), each at the event's resourceVersion.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ class CacheWatcher:
         elif cur and (prev or event.type == "ADDED"):
             line = event.line
         elif cur:
-            line = event_line("ADDED", obj.raw)
+            line = event_line("ADDED", obj.raw, event.stamp)
         elif prev:
-            line = event_line("DELETED", obj.raw)
+            line = event_line("DELETED", obj.raw if event.prev_raw is None else event.prev_raw, event.stamp)
         else:
             return
         self._put(line, event.stamp)

@@ -58,7 +58,9 @@ class CachedObject:
 @dataclass(slots=True)
 class CachedEvent:
     """One event, encoded once. `line` is the newline-terminated WatchEvent JSON for `type`;
-    `prev_*` are the selectable attributes of the object before the event (None for ADDED)."""
+    `prev_*` are the selectable attributes of the object before the event (None for ADDED).
+    `prev_raw` is the object's bytes before the event when its labels or fields changed (only
+    then can it leave a watcher's selection, which is told with the previous state), else None."""
 
     type: str
     obj: CachedObject
@@ -68,6 +70,7 @@ class CachedEvent:
     line: bytes
     prev_labels: dict[str, str] | None
     prev_fields: dict[str, str] | None
+    prev_raw: bytes | None = None
 
 
 def exact_bytes(data: bytes) -> bytes:
@@ -247,7 +250,12 @@ class WatchCache:
             if kind != "DELETED" and not self._matches_cache(record):
                 if old is None:
                     return  # never was in the cache's selection
-                kind = "DELETED"  # moved out of it
+                # Moved out of it: DELETED with the object's previous state at this event's RV,
+                # as the apiserver cacher tells a watcher whose selector it stops matching
+                # (cacheWatcher.convertToWatchEvent; clients such as kwok filter deletions by
+                # the deleted object's labels).
+                kind = "DELETED"
+                record = dataclasses.replace(old, native_rv=native)
         elif old is not None:
             record = dataclasses.replace(old, native_rv=native)
         else:
@@ -279,6 +287,7 @@ class WatchCache:
             line=event_line(kind, record.raw, stamp),
             prev_labels=old.labels if old is not None else None,
             prev_fields=old.fields if old is not None else None,
+            prev_raw=old.raw if old is not None and (old.labels != record.labels or old.fields != record.fields) else None,
         )
         if len(self.ring) == self.ring.maxlen:
             evicted = self.ring[0]

@@ -117,6 +117,33 @@ def test_object_leaving_a_watchers_selector_is_deleted_for_it_and_entering_is_ad
     assert [e["type"] for e in drain(w)] == ["ADDED", "DELETED"]
 
 
+def test_object_leaving_a_watchers_selector_is_deleted_with_its_previous_state_at_the_events_rv() -> None:
+    # kube-apiserver's cacher sends the object as it was when it last matched, with the event's
+    # resourceVersion (cacheWatcher.convertToWatchEvent). kwok filters DELETED events by the
+    # deleted object's labels: given the new object it never let go of an unlabelled node.
+    cache = make_cache()
+    w = watcher(cache, label="tier=gold")
+    cache.apply("rp1", "MODIFIED", node("a", 30, {"tier": "gold"}))
+    cache.apply("rp1", "MODIFIED", node("a", 31, {"tier": "silver"}))
+    added, deleted = drain(w)
+    assert added["type"] == "ADDED" and decode(added["object"]["metadata"]["resourceVersion"]) == (30, 25)
+    assert deleted["type"] == "DELETED"
+    assert deleted["object"]["metadata"]["labels"] == {"tier": "gold"}
+    assert decode(deleted["object"]["metadata"]["resourceVersion"]) == (31, 25)
+
+
+def test_object_leaving_the_caches_selector_is_deleted_with_its_previous_state() -> None:
+    cache = make_cache(label_selector="kwok=yes")
+    cache.apply("rp1", "ADDED", node("k", 30, {"kwok": "yes"}))
+    w = watcher(cache, label="kwok=yes")
+    cache.apply("rp1", "MODIFIED", node("k", 31, {}))
+    (deleted,) = drain(w)
+    assert deleted["type"] == "DELETED"
+    assert deleted["object"]["metadata"]["labels"] == {"kwok": "yes"}
+    assert decode(deleted["object"]["metadata"]["resourceVersion"]) == (31, 25)
+    assert (0, "", "k") not in cache.objects
+
+
 def test_relist_turns_the_difference_into_synthetic_events_in_rv_order() -> None:
     cache = make_cache()
     cache.replace("rp1", [node("a", 10), node("c", 14)], 16, kind="NodeList", api_version="v1")  # relist: no change to a

@@ -375,6 +375,26 @@ def test_resource_partition_prefix_pins_nodes_and_leases_to_that_rp(method: str,
     assert route(method, path) == forward("rp2", RPS)
 
 
+@pytest.mark.parametrize("query", [{}, {"watch": "true"}, {"resourceVersion": "0"}])
+def test_lease_list_of_every_namespace_under_rp_prefix_is_that_rps_node_leases(query: dict[str, str]) -> None:
+    # kube-controller-manager's node lifecycle controller watches leases in all namespaces and
+    # reads kube-node-lease/<node> from it: pinned to rp2 it must see rp2's node Leases, as it
+    # does pointed straight at rp2's kube-apiserver (it marked every node NotReady otherwise).
+    assert route("GET", "/partitions/rp2/apis/coordination.k8s.io/v1/leases", query) == forward("rp2", RPS)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/apis/coordination.k8s.io/v1/leases", fan_out(TPS, owner_filter=True)),  # unpinned: unchanged
+        ("/partitions/tp2/apis/coordination.k8s.io/v1/leases", Route(RouteKind.FORWARD, ("tp2",), TPS)),
+        ("/partitions/rp2/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", forward("tp1", TPS)),
+    ],
+)
+def test_other_lease_lists_keep_their_routes(path: str, expected: Route) -> None:
+    assert route("GET", path) == expected
+
+
 @pytest.mark.parametrize("query", [{}, {"watch": "true"}])
 def test_pod_list_under_rp_prefix_stays_union_over_all_tps(query: dict[str, str]) -> None:
     assert route("GET", "/partitions/rp2/api/v1/pods", query) == fan_out(TPS, owner_filter=True)
