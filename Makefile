@@ -1,12 +1,14 @@
 # The two commands of the README: `make run` and `make test`. Both set up everything they need
-# on a fresh machine: the venv (.venv), the real kube-apiserver and etcd (.local/bin).
+# on a fresh machine: the venv (.venv) and the real components (.local/bin): `make run` only what
+# it runs (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, kubemark, kwok),
+# `make test` those and what only the tests use (client-go programs, toxiproxy, helm).
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test unit venv components lint clean bench
+.PHONY: run test unit venv components components-run lint clean bench
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -18,9 +20,12 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 components:
-	bash hack/build-components.sh
+	bash hack/build-components.sh test
 
-run: venv components
+components-run:
+	bash hack/build-components.sh run
+
+run: venv components-run
 	$(VENV)/bin/python -m hack.run
 
 lint: venv

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Builds the real components the federation runs: kube-apiserver and etcd, from the Go module
-# pinned in hack/k8s (Kubernetes v1.36.3, etcd v3.6.8 as Kubernetes itself requires), and the
-# client-go programs the tests use as clients (hack/k8s/clients).
+# Builds the real components the federation runs, from the Go module pinned in hack/k8s
+# (Kubernetes v1.36.3, etcd v3.6.8 as Kubernetes itself requires) or installed by version.
+#
+#   bash hack/build-components.sh run    what `make run` starts: kube-apiserver, etcd,
+#                                        kube-scheduler, kube-controller-manager, kubemark, kwok
+#   bash hack/build-components.sh test   (the default) all of run, plus what only the tests use:
+#                                        the client-go programs (hack/k8s/clients), toxiproxy, helm
+#
 # Binaries are cached in .local/bin keyed by version: only the first run pays for the build.
 # Go's own module and build caches (GOMODCACHE, GOCACHE) stay in their default places so they
 # stay warm across fresh clones on this machine, and each built binary is also kept in
@@ -12,9 +17,15 @@ bin="$top/.local/bin"
 cache="${PARTITION_PROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/partition-proxy/bin}"
 mkdir -p "$bin" "$cache"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+set_=${1:-test}
+case "$set_" in
+  run|test) ;;
+  *) echo "usage: $0 [run|test]   (run: what make run starts; test: everything the tests use)" >&2; exit 2 ;;
+esac
 
 K8S_VERSION=v1.36.3   # keep in step with hack/k8s/go.mod
 ETCD_VERSION=v3.6.8   # the etcd server k8s.io/kubernetes v1.36.3 requires
+KWOK_VERSION=v0.8.0   # its go.mod says go 1.26.0 (newer kwok needs Go >= 1.27)
 
 build() {  # build NAME VERSION PACKAGE [LDFLAGS]
   local name=$1 version=$2 pkg=$3 ldflags=${4:-}
@@ -38,17 +49,13 @@ build() {  # build NAME VERSION PACKAGE [LDFLAGS]
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 vpkg=k8s.io/component-base/version
-build kube-apiserver "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-apiserver \
-  "-X $vpkg.gitVersion=$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
+kversion="-X $vpkg.gitVersion=$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
+build kube-apiserver "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-apiserver "$kversion"
 build etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3
-
-# client-go programs the tests run as clients (hack/k8s/clients), built from the same module.
-# Their "version" is a content hash of their sources, go.mod and go.sum: an edit rebuilds them
-# (seconds with a warm Go build cache), an unchanged tree copies them from the cache.
-clients_hash=$(cd "$top/hack/k8s" &&
-  { find clients -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; sha256sum go.mod go.sum; } |
-  sha256sum | cut -c1-12)
-build rvcheck "src-$clients_hash" ./clients/rvcheck
+# The living federation of `make run` (hack/controlplane.py): the control plane's own clients.
+build kube-scheduler "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-scheduler "$kversion"
+build kube-controller-manager "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-controller-manager "$kversion"
+build kubemark "$K8S_VERSION" k8s.io/kubernetes/cmd/kubemark "$kversion"
 
 install() {  # install NAME VERSION PACKAGE BINARY: `go install PACKAGE@VERSION` (modules
   # without replace directives only), binary BINARY renamed to NAME-VERSION.
@@ -69,6 +76,19 @@ install() {  # install NAME VERSION PACKAGE BINARY: `go install PACKAGE@VERSION`
   fi
   ln -sf "$name-$version" "$bin/$name"
 }
+
+# kwok simulates nodes and their pods (no replace directives: go install works).
+install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok
+
+[ "$set_" = run ] && exit 0
+
+# client-go programs the tests run as clients (hack/k8s/clients), built from the same module.
+# Their "version" is a content hash of their sources, go.mod and go.sum: an edit rebuilds them
+# (seconds with a warm Go build cache), an unchanged tree copies them from the cache.
+clients_hash=$(cd "$top/hack/k8s" &&
+  { find clients -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; sha256sum go.mod go.sum; } |
+  sha256sum | cut -c1-12)
+build rvcheck "src-$clients_hash" ./clients/rvcheck
 
 # toxiproxy (faults between the proxy and partitions in tests); the binary is named `server`.
 install toxiproxy-server v2.12.0 github.com/Shopify/toxiproxy/v2/cmd/server server

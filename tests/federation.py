@@ -134,15 +134,19 @@ def running_federation(
     resource_partitions: int = 2,
     caches: Sequence[Mapping[str, Any]] | None = None,
     extra: Mapping[str, Any] | None = None,
+    proxied: Sequence[str] | None = None,
 ) -> Iterator[Kube]:
-    """A federation of real partitions under `root` and one proxy in front of it, an admin
-    kubeconfig through the proxy; everything stopped on the way out."""
+    """A federation of real partitions under `root` and one proxy in front of `proxied` of them
+    (default: all; the others are peers for same-run baselines), an admin kubeconfig through
+    the proxy; everything stopped on the way out."""
     require_binaries("kube-apiserver", "etcd")
     fed = Federation(root / "federation", tenant_partitions=tenant_partitions, resource_partitions=resource_partitions)
     proxy = None
     try:
         fed.start()
-        proxy = ProxyProcess(fed, root / "proxy", caches=list(caches) if caches is not None else None, extra=extra).start()
+        proxy = ProxyProcess(
+            fed, root / "proxy", partitions=proxied, caches=list(caches) if caches is not None else None, extra=extra
+        ).start()
         admin = fed.issue_client_kubeconfig("admin-through-proxy", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)
         yield Kube(fed=fed, proxy=proxy, kubectl_path=find_kubectl(), admin=admin)
     finally:
