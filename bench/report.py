@@ -14,6 +14,8 @@ from typing import Any
 
 from bench.common import OUT_DIR
 
+SLI_NAME = "apiserver_request_sli_duration_seconds"
+
 
 def _f(value: Any, digits: int = 1) -> str:
     if value is None:
@@ -214,11 +216,128 @@ def render_union_watch(doc: dict[str, Any], path: Path | None = None) -> str:
     )
 
 
+def _s(value: Any, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _ms_bucketed(row: dict[str, Any] | None, q: str) -> str:
+    """A latency from the SLI histogram: "< 50" when it falls in the first bucket (0-50 ms)."""
+    if not row or row.get(f"{q}_ms") is None:
+        return "–"
+    if row.get(f"{q}_bucket_le_ms") == 50:
+        return "< 50"
+    return _f(row[f"{q}_ms"], 0)
+
+
+def render_density(doc: dict[str, Any], path: Path | None = None) -> str:
+    steps = [s for s in doc["steps"] if "proxy" in s and "direct" in s]
+    rows, hop_rows, res_rows, api_parts = [], [], [], []
+    for s in steps:
+        p, d = s["proxy"], s["direct"]
+        ps, ds = p["startup"], d["startup"]
+        pc, dc = ps["create_to_running"], ds["create_to_running"]
+        where = f"{s['nodes']:,} / {s['pods']:,} / {s['rate']:g}"
+        rows.append([
+            where,
+            f"{_f(ps['running'])} / {_f(ds['running'])}",
+            f"{_f(ps['failed'])} / {_f(ds['failed'])}",
+            _pair(pc.get("p50_s"), dc.get("p50_s"), 2),
+            _pair(pc.get("p90_s"), dc.get("p90_s"), 2),
+            _pair(pc.get("p99_s"), dc.get("p99_s"), 2),
+            _x(s["comparison"].get("create_to_running_p99_ratio")),
+            _pair(ps["create_to_scheduled"].get("p99_s"), ds["create_to_scheduled"].get("p99_s"), 2),
+            _pair(ps["scheduled_to_running"].get("p99_s"), ds["scheduled_to_running"].get("p99_s"), 2),
+            _pair(ps["pods_per_s"], ds["pods_per_s"], 1),
+            f"{_f(p['leases']['renewed_during_window'])}/{_f(p['leases']['expected'])} / "
+            f"{_f(d['leases']['renewed_during_window'])}/{_f(d['leases']['expected'])}",
+            _pair(p["leases"]["max_renew_age_s"], d["leases"]["max_renew_age_s"], 1),
+        ])
+        for side, x in (("proxy", p), ("direct", d)):
+            h = x["hops"]
+
+            def hop(k: str, h: dict[str, Any] = h) -> str:
+                return _pair(h[k].get("p50_s"), h[k].get("p99_s"), 3)
+
+            hop_rows.append([where, side, hop("create_answered"), hop("create_to_added_in_partition"),
+                             hop("added_to_bound_in_partition"), hop("bound_to_running_in_partition"),
+                             hop("running_in_partition_to_client_watch") if side == "proxy" else "(same watch)",
+                             _pair(x["startup"]["create_to_running"].get("p50_s"), x["startup"]["create_to_running"].get("p99_s"), 3)])
+        cpu = p.get("cpu_during_pods", {})
+        dcpu = d.get("cpu_during_pods", {})
+        peer_cpu = dcpu.get("direct:rp3-apiserver", {})
+        uw, dw = p["upstream_watches"], d["upstream_watches"]
+        res_rows.append([
+            where,
+            f"{_s(cpu.get('proxy', {}).get('mean_cores'))} / {_s(cpu.get('proxy', {}).get('max_cores'))}",
+            _pair(cpu.get("machine", {}).get("mean_cores"), dcpu.get("machine", {}).get("mean_cores"), 2),
+            _s(peer_cpu.get("mean_cores")),
+            f"{_f(p['proxy_rss_mib']['before_nodes'])} / {_f(p['proxy_rss_mib']['after_nodes'])} / {_f(p.get('proxy_peak_rss_mib'))}",
+            _f(round(p["proxy_memory_per_node_bytes"] / 1024, 1)) if p.get("proxy_memory_per_node_bytes") is not None else "–",
+            _f(round(p["proxy_memory_per_hollow_kubelet_bytes"] / 1024)) if p.get("proxy_memory_per_hollow_kubelet_bytes") is not None else "–",
+            f"{_f(uw['added_by_control_plane_total'])} / {_f(dw['added_by_control_plane_total'])}",
+            ", ".join(f"{k} {v}" for k, v in uw["added_by_control_plane_per_partition"].items()),
+            _f(p.get("proxy_downstream_watches", {}).get("long_running_requests")),
+        ])
+        pa, da = p.get("api_latency", {}), d.get("api_latency", {})
+        keys = sorted(set(pa) | set(da), key=lambda k: -max(pa.get(k, {}).get("count", 0), da.get(k, {}).get("count", 0)))
+        api_rows = []
+        for k in keys:
+            a, b = pa.get(k), da.get(k)
+            if max((a or {}).get("count", 0), (b or {}).get("count", 0)) < 5 and not any(
+                    r and r.get("slo_met") is False for r in (a, b)):
+                continue
+            slo = (a or b or {}).get("slo_s")
+            met = [r.get("slo_met") for r in (a, b) if r]
+            api_rows.append([
+                f"`{k}`", f"{_f((a or {}).get('count'))} / {_f((b or {}).get('count'))}",
+                f"{_ms_bucketed(a, 'p50')} / {_ms_bucketed(b, 'p50')}",
+                f"{_ms_bucketed(a, 'p99')} / {_ms_bucketed(b, 'p99')}",
+                "–" if slo is None else f"{slo:g} s",
+                "yes" if all(m is not False for m in met) else "**NO**",
+            ])
+        api_parts.append(f"\nAPI call latency, {where} (`{SLI_NAME}` diffed over the pod phase; proxy / direct; "
+                         "the histogram's first bucket ends at 50 ms):\n\n"
+                         + _table(["call", "count", "p50 ms", "p99 ms", "SLO (p99)", "met"], api_rows) + "\n")
+    header = ["nodes / pods / pods/s", "Running (proxy / direct)", "failed", "create→Running p50 s", "p90 s", "p99 s",
+              "p99 ratio", "create→scheduled p99 s", "scheduled→Running p99 s", "pods/s", "node Leases renewed",
+              "max Lease age s"]
+    hop_header = ["nodes / pods / pods/s", "side", "create answered", "create → in the partition's watch",
+                  "scheduler: in partition → bound", "kwok: bound → Running", "partition → client's watch",
+                  "create → Running (client's watch)"]
+    res_header = ["nodes / pods / pods/s", "proxy cores mean / busiest s", "machine busy cores (proxy / direct side)",
+                  "peer kube-apiserver cores", "proxy RSS MiB before nodes / after / peak", "proxy KiB per node",
+                  "proxy KiB per hollow kubelet", "upstream watches added by the control plane (proxy / direct)",
+                  "per partition (proxy side)", "watches open at the proxy"]
+    targets = "\n".join(
+        f"- {t['target']} ({t['where']}{', the target size' if t.get('at_target_size') else ''}): "
+        + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in t.items() if k not in ("target", "where", "met", "at_target_size"))
+        + f" — {'**met**' if t['met'] else '**not met**'}"
+        for t in doc.get("targets", [])
+    )
+    figures = ", ".join(f"`{f}`" for f in doc.get("figures", []))
+    return (
+        _heading(doc, path)
+        + "\nPod startup latency = create sent (client clock) → the pod seen Running by a watch (client-go informer) of "
+        + "the side's own client (through the proxy: a union watch). Per cell: proxy / direct.\n\n"
+        + _table(header, rows)
+        + "\n\nWhere the time goes, p50 / p99 s per hop (the proxy side's hops in the partition are seen by a second "
+        + "watcher straight on the TPs):\n\n"
+        + _table(hop_header, hop_rows)
+        + "\n\nResources during the pod phase:\n\n"
+        + _table(res_header, res_rows)
+        + "\n"
+        + "".join(api_parts)
+        + (f"\nTargets:\n{targets}\n" if targets else "")
+        + (f"\nFigures: {figures}\n" if figures else "")
+    )
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any], Path | None], str]] = {
     "list_nodes": render_list_nodes,
     "watch_fanout": render_watch_fanout,
     "cache_memory": render_cache_memory,
     "union_watch": render_union_watch,
+    "density": render_density,
 }
 
 

@@ -7,6 +7,8 @@
 //	rvcheck pods   --kubeconfig K --namespace NS --name NAME --node NODE [--content-type protobuf|json]
 //	rvcheck write  --kubeconfig K1[,K2] --namespace NS1[,NS2] --rate R --duration D ...  (write.go)
 //	rvcheck watch  --kubeconfig K1[,K2] --path P --run TAG [--expect N] ...              (watch.go)
+//	rvcheck create-pods --kubeconfig K --namespace NS1[,NS2] --count M --rate R --run TAG ... (createpods.go)
+//	rvcheck pod-watch   --kubeconfig K1[,K2] --run TAG [--expect M] ...                   (podwatch.go)
 //
 // leases: a SharedInformer on Leases in kube-node-lease plus one renewer per named Lease that
 // updates spec.renewTime every interval, as the kubelet's node lease controller does
@@ -61,6 +63,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		report, err = runWriteCommand(args[1:], stderr)
 	case "watch":
 		report, err = runWatchCommand(args[1:], stderr)
+	case "create-pods":
+		report, err = runCreatePodsCommand(args[1:], stderr)
+	case "pod-watch":
+		report, err = runPodWatchCommand(args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return exitRan
@@ -89,7 +95,9 @@ const usage = `usage:
   rvcheck leases --kubeconfig K --names a,b,c [--duration 30s] [--interval 1s] [--content-type protobuf|json]
   rvcheck pods   --kubeconfig K --namespace NS --name NAME --node NODE [--content-type protobuf|json]
   rvcheck write  --kubeconfig K1[,K2] --namespace NS1[,NS2] --rate R --duration D [--objects N] [--clients C] [--run TAG] [--content-type protobuf|json]
-  rvcheck watch  --kubeconfig K1[,K2] --path P --run TAG [--expect N] [--duration D] [--idle D] [--ready-file F] [--content-type protobuf|json]`
+  rvcheck watch  --kubeconfig K1[,K2] --path P --run TAG [--expect N] [--duration D] [--idle D] [--ready-file F] [--content-type protobuf|json]
+  rvcheck create-pods --kubeconfig K --namespace NS1[,NS2] --count M --rate R --run TAG [--clients C] [--prefix P] [--log-out F] [--timeout D] [--content-type protobuf|json]
+  rvcheck pod-watch   --kubeconfig K1[,K2] --run TAG [--expect M] [--duration D] [--idle D] [--ready-file F] [--events-out F] [--progress D] [--name N] [--content-type protobuf|json]`
 
 // commonFlags are the flags every subcommand takes.
 type commonFlags struct {
