@@ -336,6 +336,7 @@ async def union_watch(
     deadline = loop.time() + lifetime
     tasks = [asyncio.create_task(pump(p), name=f"union-watch:{p}") for p in route.partitions]
     on_event = merge.on_frame if protobuf else merge.on_line
+    write_timeout = ctx.config.limits.watch_write_timeout_seconds
 
     def finish() -> None:  # shutdown: the marker ("", b"") ends the loop below
         while queue.full():
@@ -346,24 +347,45 @@ async def union_watch(
         ctx.streams.add(finish)
         if ctx.shutting_down:
             finish()
-        while not merge.finished:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            try:
-                partition, event = await asyncio.wait_for(queue.get(), timeout=remaining)
-            except asyncio.TimeoutError:
-                break
-            if not partition:
-                break
-            try:
-                out = on_event(partition, event)
-            except (ValueError, pb.ProtobufError):
-                continue  # an event kube-apiserver would not send: skipped, the stream goes on
-            if out:
-                await write_or_drop(request, response, b"".join(out), timeout=ctx.config.limits.watch_write_timeout_seconds)
-        if merge.finished:
-            ctx.rv.request_sync()  # an RV no epoch fits ends a watch: let the table catch up
+        # One timeout for the watch's whole lifetime, and every event already queued is merged
+        # and written in one chunk: under load the partitions' events arrive faster than one
+        # loop turn per event would deliver them (bench/density.py: a union watch that woke,
+        # and wrote, once per event fell seconds behind while the proxy waited for a CPU).
+        async with asyncio.timeout_at(deadline):
+            while not merge.finished:
+                batch = [await queue.get()]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                out: list[bytes] = []
+                ended = False
+                i = holds = 0
+                while i < len(batch) and not merge.finished:
+                    partition, event = batch[i]
+                    if not partition:
+                        ended = True  # the shutdown marker
+                        break
+                    try:
+                        out += on_event(partition, event)
+                    except (ValueError, pb.ProtobufError):
+                        pass  # an event kube-apiserver would not send: skipped, the stream goes on
+                    except rvcodec.RVUnencodable as exc:
+                        # The partitions ran past the newest epoch: write what is ready, hold the
+                        # stream until the table catches up, then offer the same event again.
+                        if out:
+                            await write_or_drop(request, response, b"".join(out), timeout=write_timeout)
+                            out = []
+                        holds += 1
+                        if holds > _TABLE_HOLDS or not await _table_caught_up(ctx):
+                            out += merge.expire(str(exc), protobuf=protobuf)
+                        continue
+                    holds = 0
+                    i += 1
+                if out:
+                    await write_or_drop(request, response, b"".join(out), timeout=write_timeout)
+                if ended:
+                    break
+    except TimeoutError:
+        pass  # the watch's lifetime (timeoutSeconds) is over: it ends normally
     finally:
         ctx.streams.discard(finish)
         for task in tasks:
@@ -374,6 +396,29 @@ async def union_watch(
     with contextlib.suppress(ConnectionError):
         await response.write_eof()
     return response
+
+
+# seconds; how long a union watch holds an event no epoch can encode yet while the replicas
+# publish a new one (a sync takes a table read, a probe of every partition and maybe a write:
+# tens of ms; two refresh rounds of slack) before it ends the watch with 410.
+_TABLE_HOLD_SECONDS = 10.0
+# new epochs one event may wait for: a watch lagging more than an epoch's quarter range behind the
+# partitions may not fit even the newest epoch; it relists rather than waiting forever.
+_TABLE_HOLDS = 3
+
+
+async def _table_caught_up(ctx: ProxyContext, *, hold: float = _TABLE_HOLD_SECONDS) -> bool:
+    """Wait (at most `hold` seconds) for the next sync of the shared table, asking for one now;
+    False when the time is over. The caller retries its encoding after each True."""
+    deadline = asyncio.get_running_loop().time() + hold
+    published = ctx.rv.table.newest_number
+    while asyncio.get_running_loop().time() < deadline:
+        ctx.rv.request_sync()
+        await ctx.rv.sync_now()
+        if ctx.rv.table.newest_number != published:
+            return True
+        await asyncio.sleep(0.2)
+    return False
 
 
 def _status_event(code: int, raw: bytes, *, protobuf: bool) -> bytes:

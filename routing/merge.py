@@ -18,8 +18,12 @@ sent it, keeps the RV vector, and returns what to write downstream:
   written once every partition has finished its initial events (client-go's reflector replaces
   its store on that bookmark, so a partial one would drop objects);
 - an upstream ERROR ends the union watch: 410 becomes a complete `Expired` Status so the client
-  relists; other errors are passed on as they came. A vector no epoch can encode ends it the
-  same way (the client relists once the replicas have published a new epoch).
+  relists; other errors are passed on as they came.
+- an event whose vector no epoch of the shared table can encode yet raises `RVUnencodable` and
+  leaves the state as it was before the event, so the caller can wait for the table to catch up
+  and offer the same event again; `expire()` ends the watch with 410 when it gives up (the client
+  relists once the replicas have published a new epoch). A merged bookmark that cannot be encoded
+  is skipped (bookmarks are advisory), except the initial-events-end one, which raises.
 """
 
 from __future__ import annotations
@@ -192,14 +196,18 @@ class WatchMerge:
         slot = self.space.index(partition)
         self.vector[slot] = max(self.vector[slot], native)
         if end and partition in self.initial:
-            self.initial.discard(partition)
-            if not self.initial and self.client_initial_events:
-                rv = self.rv
+            if self.initial == {partition} and self.client_initial_events:
+                rv = self.rv  # raises RVUnencodable before any state changes: the bookmark can be retried
+                self.initial.discard(partition)
                 self.last_written = rv
                 return rv, True
+            self.initial.discard(partition)
             return None
         if self.bookmarks and not self.initial and all(self.vector):
-            rv = self.rv
+            try:
+                rv = self.rv
+            except rvcodec.RVUnencodable:
+                return None  # advisory: the next event or bookmark carries the position
             if rvcodec.compare(rv, self.last_written) > 0:
                 self.last_written = rv
                 return rv, False
@@ -211,16 +219,25 @@ class WatchMerge:
         if kind == "ADDED" and partition in self.initial:
             # An initial event: the object's own RV (initial events are in no RV order).
             return self.codec.object_rv(slot, native) if native else ""
+        stamp = self.codec.encode(rvcodec_with_slot(self.vector, slot, native))  # raises before any change
         self.vector[slot] = max(self.vector[slot], native)
-        stamp = self.codec.encode(rvcodec_with_slot(self.vector, slot, native))
         if rvcodec.compare(stamp, self.last_written) > 0:
             self.last_written = stamp
         return stamp
 
     # -- JSON ---------------------------------------------------------------------------------
 
+    def expire(self, reason: str, *, protobuf: bool) -> list[bytes]:
+        """End the watch with a 410 Expired ERROR event (a JSON line, or a framed protobuf event)."""
+        self.finished = True
+        message = f"resourceVersion cannot be encoded: {reason}"
+        if protobuf:
+            return [pb.encode_frame(pb.encode_watch_event("ERROR", pb.status_object(code=410, reason="Expired", message=message)))]
+        return [watch_error_event(expired(message))]
+
     def on_line(self, partition: str, line: bytes) -> list[bytes]:
-        """Consume one upstream JSON event line; return the lines to write downstream."""
+        """Consume one upstream JSON event line; return the lines to write downstream. Raises
+        RVUnencodable (state unchanged: offer the line again once the table caught up)."""
         if self.finished:
             return []
         event = orjson.loads(line)
@@ -232,19 +249,15 @@ class WatchMerge:
                 return [watch_error_event(expired(message))]
             return [orjson.dumps(event) + b"\n"]
         native = native_rv(obj)
-        try:
-            if kind == "BOOKMARK":
-                self._template = (obj.get("apiVersion", ""), obj.get("kind", ""))
-                annotations = (obj.get("metadata") or {}).get("annotations") or {}
-                out = self._bookmark_rv(partition, native, end=annotations.get(INITIAL_EVENTS_END) == "true")
-                return [self._json_bookmark(*out)] if out is not None else []
-            if self.keep is not None and not self.keep(partition, obj):
-                self.vector[self.space.index(partition)] = max(self.vector[self.space.index(partition)], native)
-                return []
-            stamp = self._event_rv(partition, kind, native)
-        except rvcodec.RVUnencodable as exc:
-            self.finished = True
-            return [watch_error_event(expired(f"resourceVersion cannot be encoded: {exc}"))]
+        if kind == "BOOKMARK":
+            self._template = (obj.get("apiVersion", ""), obj.get("kind", ""))
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            out = self._bookmark_rv(partition, native, end=annotations.get(INITIAL_EVENTS_END) == "true")
+            return [self._json_bookmark(*out)] if out is not None else []
+        if self.keep is not None and not self.keep(partition, obj):
+            self.vector[self.space.index(partition)] = max(self.vector[self.space.index(partition)], native)
+            return []
+        stamp = self._event_rv(partition, kind, native)
         slot = self.space.index(partition)
         translate = object_translator(self.codec, slot)
         line = line.rstrip(b"\n")
@@ -271,7 +284,8 @@ class WatchMerge:
 
     def on_frame(self, partition: str, frame: bytes) -> list[bytes]:
         """Consume one upstream protobuf watch frame (payload without its length); return the
-        framed bytes to write downstream. Raises ValueError (ProtobufError) for a bad frame."""
+        framed bytes to write downstream. Raises ValueError (ProtobufError) for a bad frame,
+        RVUnencodable as `on_line` does."""
         if self.finished:
             return []
         event = pb.decode_watch_event(frame)
@@ -285,32 +299,27 @@ class WatchMerge:
             return [pb.encode_frame(frame)]
         rv_text = pb.object_rv(obj)
         native = int(rv_text) if rv_text.isdigit() and len(rv_text) < 20 else 0
-        try:
-            if kind == "BOOKMARK":
-                env = pb.decode_envelope(obj)
-                self._template = (env.api_version, env.kind)
-                end = pb.object_annotations(obj).get(INITIAL_EVENTS_END) == "true"
-                out = self._bookmark_rv(partition, native, end=end)
-                if out is None:
-                    return []
-                rv, is_end = out
-                bookmark = pb.bookmark_object(
-                    api_version=env.api_version,
-                    kind=env.kind,
-                    resource_version=rv,
-                    annotations={INITIAL_EVENTS_END: "true"} if is_end else {},
-                )
-                return [pb.encode_frame(pb.encode_watch_event("BOOKMARK", bookmark))]
-            if self.keep is not None:
-                meta = pb.object_item_meta(obj)
-                if not self.keep(partition, {"metadata": {"namespace": meta.namespace, "name": meta.name}}):
-                    self.vector[self.space.index(partition)] = max(self.vector[self.space.index(partition)], native)
-                    return []
-            stamp = self._event_rv(partition, kind, native)
-        except rvcodec.RVUnencodable as exc:
-            self.finished = True
-            expired_status = pb.status_object(code=410, reason="Expired", message=f"resourceVersion cannot be encoded: {exc}")
-            return [pb.encode_frame(pb.encode_watch_event("ERROR", expired_status))]
+        if kind == "BOOKMARK":
+            env = pb.decode_envelope(obj)
+            self._template = (env.api_version, env.kind)
+            end = pb.object_annotations(obj).get(INITIAL_EVENTS_END) == "true"
+            out = self._bookmark_rv(partition, native, end=end)
+            if out is None:
+                return []
+            rv, is_end = out
+            bookmark = pb.bookmark_object(
+                api_version=env.api_version,
+                kind=env.kind,
+                resource_version=rv,
+                annotations={INITIAL_EVENTS_END: "true"} if is_end else {},
+            )
+            return [pb.encode_frame(pb.encode_watch_event("BOOKMARK", bookmark))]
+        if self.keep is not None:
+            meta = pb.object_item_meta(obj)
+            if not self.keep(partition, {"metadata": {"namespace": meta.namespace, "name": meta.name}}):
+                self.vector[self.space.index(partition)] = max(self.vector[self.space.index(partition)], native)
+                return []
+        stamp = self._event_rv(partition, kind, native)
         translate = object_translator(self.codec, self.space.index(partition))
 
         def fn(where: pb.RVField, value: str) -> str | None:

@@ -128,24 +128,17 @@ async def _stream_watch(
         await response.prepare(request)
         if initial:
             await write_or_drop(request, response, b"".join(initial), timeout=write_timeout)
-        lifetime = watch_lifetime(request.query)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + lifetime
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            try:
-                line = await asyncio.wait_for(watcher.queue.get(), timeout=remaining)
-            except asyncio.TimeoutError:
-                break
-            # Write everything queued in one go: fewer syscalls under bursts.
-            batch = [line]
-            while not watcher.queue.empty():
-                batch.append(watcher.queue.get_nowait())
-            await write_or_drop(request, response, b"".join(batch), timeout=write_timeout)
-            if watcher.terminated and watcher.queue.empty():
-                break  # after a 410 ERROR event, or the end marker b"" of a shutdown
+        deadline = asyncio.get_running_loop().time() + watch_lifetime(request.query)
+        with contextlib.suppress(TimeoutError):  # the watch's lifetime is over: it ends normally
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    # Write everything queued in one go: fewer syscalls under bursts.
+                    batch = [await watcher.queue.get()]
+                    while not watcher.queue.empty():
+                        batch.append(watcher.queue.get_nowait())
+                    await write_or_drop(request, response, b"".join(batch), timeout=write_timeout)
+                    if watcher.terminated and watcher.queue.empty():
+                        break  # after a 410 ERROR event, or the end marker b"" of a shutdown
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
     finally:

@@ -493,18 +493,36 @@ def test_initial_events_carry_the_objects_own_rv_and_never_move_the_vector() -> 
     assert wm.vector == [0, 0]
 
 
-def test_a_vector_no_epoch_fits_ends_the_watch_with_410_expired() -> None:
+def test_a_vector_no_epoch_fits_holds_the_event_until_the_table_catches_up() -> None:
     space = ("tp1", "tp2")
-    table = rvcodec.EpochTable((rvcodec.Epoch(1, space, 8, (1000, 1000)),))  # natives 1000..1254
-    wm = WatchMerge(codec=rvcodec.RVCodec(space, table), start=(1000, 1000), initial=set(),
-                    client_initial_events=False, bookmarks=False)
-
+    first = rvcodec.Epoch(1, space, 8, (1000, 1000))  # natives 1000..1254
+    codec = rvcodec.RVCodec(space, rvcodec.EpochTable((first,)))
+    wm = WatchMerge(codec=codec, start=(1000, 1000), initial=set(), client_initial_events=False, bookmarks=True)
     assert wm.on_line("tp1", event("MODIFIED", "a", "bravo-web", 1100))
-    [line] = wm.on_line("tp1", event("MODIFIED", "a", "bravo-web", 5000))
+    late = event("MODIFIED", "a", "bravo-web", 5000)
 
+    with pytest.raises(rvcodec.RVUnencodable):
+        wm.on_line("tp1", late)
+    assert wm.vector == [1100, 1000] and not wm.finished  # nothing changed: the event can be offered again
+    assert wm.on_line("tp2", bookmark(1300)) == []  # an unencodable bookmark is skipped, not fatal
+
+    codec.set_table(rvcodec.EpochTable((first, rvcodec.Epoch(2, space, 8, (4900, 1200)))))
+    [line] = wm.on_line("tp1", late)
+    doc = orjson.loads(line)
+    assert doc["type"] == "MODIFIED" and codec.decode(doc["object"]["metadata"]["resourceVersion"]) == (5000, 1300)
+
+
+def test_expire_ends_the_watch_with_410_expired_in_its_encoding() -> None:
+    wm = merge()
+
+    [line] = wm.expire("no epoch fits", protobuf=False)
     doc = orjson.loads(line)
     assert doc["type"] == "ERROR" and doc["object"]["code"] == 410 and doc["object"]["reason"] == "Expired"
-    assert wm.finished
+    assert wm.finished and wm.on_line("tp1", event("MODIFIED", "a", "bravo-web", 11)) == []
+
+    [frame] = merge().expire("no epoch fits", protobuf=True)
+    status = pb.status_fields(pb.decode_watch_event(frame[4:]).object)
+    assert (status.code, status.reason) == (410, "Expired")
 
 
 # --- protobuf (real bytes from kube-apiserver v1.36.3: tests/routing/testdata/protobuf) --------
