@@ -76,7 +76,8 @@ from hack.federation import PROXY_ADMINS_GROUP, Federation
 from hack.proxy_process import ProxyProcess, stop_process_group
 from routing import protobuf as pb
 from routing import rv as rvcodec
-from routing.merge import WatchMerge, object_meta, object_translator
+from routing.decide import object_meta
+from routing.merge import WatchMerge, object_translator
 from routing.placement import Placement
 from routing.translate import StreamTranslator
 

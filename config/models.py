@@ -202,6 +202,10 @@ class UpstreamConfig(_Model):
     # seconds; total time of a non-watch request. kube-apiserver's own default request timeout
     # is 60 s (--request-timeout), so the proxy never gives up before the partition would.
     request_timeout_seconds: float = Field(default=60.0, gt=0)
+    # seconds; an open watch stream (the proxy's own, or one it forwards for a client that asked
+    # for bookmarks) with no byte for this long is dead. kube-apiserver sends a bookmark about
+    # every 60 s (cacher defaultBookmarkFrequency): one missed bookmark plus slack.
+    watch_inactivity_seconds: float = Field(default=90.0, gt=0)
 
 
 class CacheConfig(_Model):

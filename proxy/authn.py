@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from typing import Any
 
-from aiohttp import web
 from cachetools import TTLCache
 
 from config.models import AuthConfig
 from proxy.identity import Identity, identity_from_peercert
-from proxy.upstream import ReviewError, Upstream, post_review
+from proxy.clients.partition import PartitionClient
+from proxy.reviews import ReviewError, post_review
 
 log = logging.getLogger("partition_proxy.authn")
 
@@ -44,7 +45,7 @@ def without_masters(identity: Identity) -> Identity:
 
 
 class Authenticator:
-    def __init__(self, config: AuthConfig, token_review: Upstream | None) -> None:
+    def __init__(self, config: AuthConfig, token_review: PartitionClient | None) -> None:
         self.config = config
         self.token_review = token_review
         self.static = {_digest(t.token): Identity(t.user, t.groups, t.uid) for t in config.static_tokens}
@@ -52,14 +53,13 @@ class Authenticator:
             maxsize=_TOKEN_CACHE_SIZE, ttl=max(config.token_cache_seconds, 0.001)
         )
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
-        """The client's identity, or None (401)."""
-        peercert = request.transport.get_extra_info("peercert") if request.transport else None
+    async def authenticate(self, peercert: dict[str, Any] | None, authorization: str) -> Identity | None:
+        """The client's identity from its verified certificate (getpeercert() shape) or its
+        Authorization header, or None (401)."""
         identity = identity_from_peercert(peercert)
         if identity is not None:
             return without_masters(identity)
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
+        scheme, _, token = authorization.partition(" ")
         token = token.strip()
         if scheme.lower() == "bearer" and token:
             found = await self._token(token)
@@ -83,11 +83,11 @@ class Authenticator:
     async def _review(self, token: str) -> tuple[Identity | None, bool]:
         """Ask the configured partition with a TokenReview (authentication.k8s.io/v1).
         Returns (identity or None, whether the answer is definite enough to cache)."""
-        upstream = self.token_review
-        assert upstream is not None
+        client = self.token_review
+        assert client is not None
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         try:
-            status = await post_review(upstream, "/apis/authentication.k8s.io/v1/tokenreviews", review)
+            status = await post_review(client, "/apis/authentication.k8s.io/v1/tokenreviews", review)
         except ReviewError as exc:
             log.warning("%s", exc)
             return None, False

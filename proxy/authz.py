@@ -30,7 +30,8 @@ from multidict import CIMultiDictProxy
 from config.models import AuthConfig
 from proxy.authn import MASTERS
 from proxy.identity import Identity
-from proxy.upstream import ReviewError, Upstream, post_review
+from proxy.clients.partition import PartitionClient
+from proxy.reviews import ReviewError, post_review
 
 log = logging.getLogger("partition_proxy.authz")
 
@@ -45,9 +46,9 @@ class Decision:
 
 
 class Authorizer:
-    def __init__(self, config: AuthConfig, upstreams: Mapping[str, Upstream]) -> None:
+    def __init__(self, config: AuthConfig, clients: Mapping[str, PartitionClient]) -> None:
         self.config = config
-        self.upstreams = upstreams
+        self.clients = clients
         self.trusted = frozenset(config.trusted_groups)
         self.cache: TTLCache[Any, Decision] = TTLCache(maxsize=_CACHE_SIZE, ttl=max(config.authorization_cache_seconds, 0.001))
 
@@ -74,7 +75,7 @@ class Authorizer:
             spec["uid"] = identity.uid
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         try:
-            status = await post_review(self.upstreams[partition], "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+            status = await post_review(self.clients[partition], "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
         except ReviewError as exc:
             return Decision(False, str(exc))  # not cached: the next request asks again
         decision = Decision(bool(status.get("allowed")) and not status.get("denied"), status.get("reason", ""))

@@ -11,17 +11,17 @@ one line naming the flag.
 from __future__ import annotations
 
 import argparse
-from asyncio import sslproto
+import asyncio
 import logging
+import signal
 import ssl
 import sys
+from asyncio import sslproto
 from pathlib import Path
 
-from aiohttp import web
-
 from config import ConfigError, load_config
-from config.models import ListenConfig
-from proxy.app import build_app, build_caches
+from config.models import ListenConfig, ProxyConfig
+from proxy.app import ProxyApp, build_caches, build_resource_versions
 from proxy.kubeconfig_cmd import (
     DEFAULT_SCHEDULER_NAME,
     ROLES,
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         ssl_context = server_ssl_context(config.listen)
-        app = build_app(config)
+        build_caches(config, build_resource_versions(config))  # a bad cache selector fails here, before any I/O
     except ConfigError as exc:
         print(f"partition-proxy: config error: {exc}", file=sys.stderr)
         return 2
@@ -109,28 +109,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shrink_ssl_read_buffers()
     try:
-        web.run_app(
-            app,
-            host=config.listen.address,
-            port=config.listen.port,
-            ssl_context=ssl_context,
-            access_log=None,
-            print=None,
-            # seconds; on SIGTERM open watches end at once (on_shutdown), other requests in
-            # flight get this grace period.
-            shutdown_timeout=config.failure.shutdown_grace_seconds,
-            # A client that goes away cancels its handler, so a watch frees its upstream watches
-            # at once instead of at its next event.
-            handler_cancellation=True,
-            # aiohttp's own parser limits sit above the configured ones, so requests between
-            # the two get a Status from the proxy (414/431) instead of aiohttp's plain 400.
-            max_line_size=2 * config.limits.max_url_bytes,
-            max_field_size=2 * config.limits.max_header_bytes,
-        )
-    except Exception as exc:  # start-up failures: one line, no traceback (house rule 5)
+        asyncio.run(run_proxy(config, ssl_context))
+    except Exception as exc:  # start-up failures: one line, no traceback
         print(f"partition-proxy: start-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None) -> None:
+    """Run the proxy until SIGINT or SIGTERM, then stop gracefully: open watches end at once,
+    other requests in flight get `failure.shutdown_grace_seconds`."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    app = await ProxyApp.start(config)
+    try:
+        await app.listen(config.listen.address, config.listen.port, ssl_context=ssl_context)
+        await stop.wait()
+    finally:
+        await app.stop(config.failure.shutdown_grace_seconds)
 
 
 def _check_config(path: Path) -> int:

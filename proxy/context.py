@@ -1,4 +1,5 @@
-"""What every request handler needs, assembled once at start-up (no module-level singletons)."""
+"""What every request handler needs, assembled once at start-up by `proxy.app` (no module-level
+singletons)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from multidict import CIMultiDict
-
 from config.models import ProxyConfig
 from proxy.authn import Authenticator
 from proxy.authz import Authorizer
 from proxy.cache.watch_cache import WatchCache
-from proxy.limits import WatchLimiter
-from proxy.overload import InflightLimiter
-from proxy.identity import Identity, add_impersonation
+from proxy.clients.partition import PartitionClient
+from proxy.watch_limits import WatchLimiter
 from proxy.metrics import Metrics
+from proxy.overload import InflightLimiter
 from proxy.rv_epochs import ResourceVersions
-from proxy.upstream import Upstream
+from routing.cache_policy import CacheSpec
 from routing.decide import RoutingState
 
 
@@ -25,7 +24,7 @@ from routing.decide import RoutingState
 class ProxyContext:
     config: ProxyConfig
     routing: RoutingState
-    upstreams: dict[str, Upstream]
+    clients: dict[str, PartitionClient]  # one per partition, by name
     metrics: Metrics
     caches: list[WatchCache]
     authn: Authenticator
@@ -33,10 +32,16 @@ class ProxyContext:
     watches: WatchLimiter
     overload: InflightLimiter
     rv: ResourceVersions  # the codec of each RV space and the shared epoch table
+    # what routing.cache_policy needs of each cache, in the order of `caches` (fixed at start-up)
+    cache_specs: list[CacheSpec] = field(default_factory=list)
     # closers of open streams, called on SIGTERM so each ends cleanly and its client re-watches
-    # elsewhere (DESIGN §8)
+    # on another replica (the failure semantics in README.md)
     streams: set[Callable[[], None]] = field(default_factory=set)
     shutting_down: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.cache_specs:
+            self.cache_specs = [c.policy_spec() for c in self.caches]
 
     @contextmanager
     def stream(self, closer: Callable[[], None]) -> Iterator[None]:
@@ -58,12 +63,3 @@ class ProxyContext:
     @property
     def caches_synced(self) -> bool:
         return all(c.is_synced for c in self.caches)
-
-    def upstream_headers(self, base: CIMultiDict[str], upstream: Upstream, identity: Identity) -> CIMultiDict[str]:
-        """`base` (already stripped of client identity headers) plus the proxy's own credential
-        for `upstream` and the client's identity as impersonation headers."""
-        headers = CIMultiDict(base)
-        if upstream.auth_header:
-            headers["Authorization"] = upstream.auth_header
-        add_impersonation(headers, identity)
-        return headers

@@ -10,28 +10,20 @@ federation's.
 
 from __future__ import annotations
 
-import orjson
-
-from proxy.upstream import Upstream
+from proxy.clients.partition import PartitionClient
 
 # Aggregated discovery (KEP-3352, GA in 1.30): every group, version and resource in one answer.
 AGGREGATED_ACCEPT = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 
-async def namespaced_resources(upstream: Upstream) -> frozenset[tuple[str, str]]:
-    """(group, resource) of every namespaced resource the partition serves. Raises
-    aiohttp.ClientError / asyncio.TimeoutError when the partition cannot be read, ValueError
-    when its answer is not aggregated discovery."""
+async def namespaced_resources(client: PartitionClient) -> frozenset[tuple[str, str]]:
+    """(group, resource) of every namespaced resource the partition serves. Raises UpstreamError
+    when the partition cannot be read, ValueError when its answer is not aggregated discovery."""
     found: set[tuple[str, str]] = set()
-    headers = {"Accept": AGGREGATED_ACCEPT}
-    if upstream.auth_header:
-        headers["Authorization"] = upstream.auth_header
     for path in ("/api", "/apis"):
-        async with upstream.session.get(upstream.url(path), headers=headers, timeout=upstream.request_timeout) as resp:
-            resp.raise_for_status()
-            doc = orjson.loads(await resp.read())
-        if doc.get("kind") != "APIGroupDiscoveryList":
-            raise ValueError(f"{upstream.name}{path}: not an aggregated discovery document")
+        doc = await client.get_json(path, headers={"Accept": AGGREGATED_ACCEPT})
+        if not isinstance(doc, dict) or doc.get("kind") != "APIGroupDiscoveryList":
+            raise ValueError(f"{client.name}{path}: not an aggregated discovery document")
         for group in doc.get("items") or ():
             name = (group.get("metadata") or {}).get("name", "")
             for version in group.get("versions") or ():

@@ -53,9 +53,10 @@ class Metrics:
             self.cache_objects.labels(name).set(len(cache.objects))
             self.cache_bytes.labels(name).set(cache.bytes_total)
             self.cache_watchers.labels(name).set(cache.watcher_count)
+            relists, vector = cache.relists, cache.vector
             for slot, partition in enumerate(cache.space):
-                self.cache_relists.labels(name, partition).set(cache.stats.relists[slot])
-                self.cache_resource_version.labels(name, partition).set(cache.vector[slot])
+                self.cache_relists.labels(name, partition).set(relists[slot])
+                self.cache_resource_version.labels(name, partition).set(vector[slot])
 
     @classmethod
     def create(cls) -> Metrics:

@@ -19,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-
-import aiohttp
-import orjson
+from typing import Any
 
 from config.models import PartitionRole, ProxyConfig
-from proxy.upstream import Upstream
+from proxy.clients.errors import APIConflict, APINotFound, UpstreamError
+from proxy.clients.partition import PartitionClient
 from routing import rv as rvcodec
 
 log = logging.getLogger("partition_proxy.rv_epochs")
@@ -47,7 +46,7 @@ class ResourceVersions:
     def __init__(self, config: ProxyConfig) -> None:
         self._config = config.resource_versions
         self._system_name = config.system_partition
-        self._upstreams: dict[str, Upstream] = {}
+        self._clients: dict[str, PartitionClient] = {}
         spaces = [config.names(PartitionRole.TENANT), config.names(PartitionRole.RESOURCE)]
         self.codecs: dict[tuple[str, ...], rvcodec.RVCodec] = {s: rvcodec.RVCodec(s) for s in spaces}
         self.table = rvcodec.EpochTable()
@@ -57,13 +56,13 @@ class ResourceVersions:
         self._current: dict[str, int] = {}
         self.epochs_published = 0
 
-    def bind(self, upstreams: dict[str, Upstream]) -> None:
-        """The partitions' sessions, once they are open (before `run`)."""
-        self._upstreams = upstreams
+    def bind(self, clients: dict[str, PartitionClient]) -> None:
+        """The partitions' clients, once they are open (before `run`)."""
+        self._clients = clients
 
     @property
-    def _system(self) -> Upstream:
-        return self._upstreams[self._system_name]
+    def _system(self) -> PartitionClient:
+        return self._clients[self._system_name]
 
     def codec(self, space: tuple[str, ...]) -> rvcodec.RVCodec:
         """The codec of an RV space (a route's `rv_space`). Raises KeyError for an unknown one."""
@@ -71,6 +70,27 @@ class ResourceVersions:
 
     def slot_bits(self, space: tuple[str, ...]) -> int:
         return self._config.slot_bits or rvcodec.natural_slot_bits(len(space))
+
+    async def decode(self, codec: rvcodec.RVCodec, rv: str) -> tuple[int, ...]:
+        """codec.decode, re-reading the table once when the RV names an epoch newer than this
+        replica knows (another replica published it moments ago). Raises RVError."""
+        try:
+            return codec.decode(rv)
+        except rvcodec.RVTooOld as exc:
+            if exc.epoch <= codec.table.newest_number:
+                raise
+            await self.sync_now()
+            return codec.decode(rv)
+
+    async def native_for(self, codec: rvcodec.RVCodec, rv: str, slot: int) -> str | None:
+        """codec.native_for, with the same re-read as `decode`. Raises RVError."""
+        try:
+            return codec.native_for(rv, slot)
+        except rvcodec.RVTooOld as exc:
+            if exc.epoch <= codec.table.newest_number:
+                raise
+            await self.sync_now()
+            return codec.native_for(rv, slot)
 
     def request_sync(self) -> None:
         """Ask the loop for a sync now (an RV of an epoch this replica does not know yet, or a
@@ -136,12 +156,6 @@ class ResourceVersions:
 
     # -- I/O -----------------------------------------------------------------------------------
 
-    def _headers(self, upstream: Upstream) -> dict[str, str]:
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
-        if upstream.auth_header:
-            headers["Authorization"] = upstream.auth_header
-        return headers
-
     def _path(self, name: bool = True) -> str:
         base = f"/api/v1/namespaces/{self._config.table_namespace}/configmaps"
         return f"{base}/{self._config.table_name}" if name else base
@@ -149,37 +163,25 @@ class ResourceVersions:
     async def _probe(self) -> None:
         """Each partition's current native RV (the list RV of a one-item namespace list)."""
 
-        async def one(name: str, upstream: Upstream) -> None:
+        async def one(name: str, client: PartitionClient) -> None:
             try:
-                async with upstream.session.get(
-                    upstream.url("/api/v1/namespaces", "limit=1"), headers=self._headers(upstream), timeout=upstream.request_timeout
-                ) as resp:
-                    if resp.status != 200:
-                        return
-                    doc = orjson.loads(await resp.read())
-                rv = (doc.get("metadata") or {}).get("resourceVersion", "")
-                if isinstance(rv, str) and rv.isdigit():
-                    self._current[name] = max(self._current.get(name, 0), int(rv))
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
-                pass  # a partition that is down keeps its last known position
+                doc = await client.get_json("/api/v1/namespaces", "limit=1")
+            except (UpstreamError, ValueError):
+                return  # a partition that is down keeps its last known position
+            rv = (doc.get("metadata") or {}).get("resourceVersion", "") if isinstance(doc, dict) else ""
+            if isinstance(rv, str) and rv.isdigit():
+                self._current[name] = max(self._current.get(name, 0), int(rv))
 
-        await asyncio.gather(*(one(n, u) for n, u in self._upstreams.items()))
+        await asyncio.gather(*(one(n, c) for n, c in self._clients.items()))
 
     async def _read(self) -> tuple[rvcodec.EpochTable, str]:
         """The stored table and the ConfigMap's resourceVersion ("" when it does not exist)."""
-        system = self._system
         try:
-            async with system.session.get(
-                system.url(self._path()), headers=self._headers(system), timeout=system.request_timeout
-            ) as resp:
-                body = await resp.read()
-                if resp.status == 404:
-                    return rvcodec.EpochTable(), ""
-                if resp.status != 200:
-                    raise TableUnavailable(f"reading the table answered {resp.status}: {body[:200]!r}")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise TableUnavailable(f"reading the table failed: {type(exc).__name__}") from None
-        doc = orjson.loads(body)
+            doc: Any = await self._system.get_json(self._path())
+        except APINotFound:
+            return rvcodec.EpochTable(), ""
+        except (UpstreamError, ValueError) as exc:
+            raise TableUnavailable(f"reading the table failed: {exc}") from None
         data = doc.get("data") or {}
         version = (doc.get("metadata") or {}).get("resourceVersion", "")
         try:
@@ -190,26 +192,18 @@ class ResourceVersions:
     async def _write(self, table: rvcodec.EpochTable, version: str) -> bool:
         """Create or update (guarded by `version`) the table. False when another replica
         wrote first. Raises TableUnavailable."""
-        system = self._system
         meta: dict[str, str] = {"name": self._config.table_name, "namespace": self._config.table_namespace}
         if version:
             meta["resourceVersion"] = version
-        body = orjson.dumps(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {_DATA_KEY: rvcodec.table_to_json(table)}}
-        )
+        doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {_DATA_KEY: rvcodec.table_to_json(table)}}
         method, path = ("PUT", self._path()) if version else ("POST", self._path(name=False))
         try:
-            async with system.session.request(
-                method, system.url(path), data=body, headers=self._headers(system), timeout=system.request_timeout
-            ) as resp:
-                answer = await resp.read()
-                if resp.status in (200, 201):
-                    return True
-                if resp.status == 409:
-                    return False  # Conflict or AlreadyExists: another replica wrote first
-                raise TableUnavailable(f"writing the table answered {resp.status}: {answer[:200]!r}")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise TableUnavailable(f"writing the table failed: {type(exc).__name__}") from None
+            await self._system.send_json(method, path, doc)
+        except APIConflict:
+            return False  # Conflict or AlreadyExists: another replica wrote first
+        except (UpstreamError, ValueError) as exc:
+            raise TableUnavailable(f"writing the table failed: {exc}") from None
+        return True
 
     def debug(self) -> dict[str, object]:
         """What /debug/resource-versions shows."""

@@ -17,7 +17,7 @@ Whether the cache has reached (or still holds) a given RV is decided where the c
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from routing import rv as rvcodec
@@ -164,3 +164,23 @@ def selected_name(field_selector: str) -> str:
         return _selected_name(parse_field_selector(field_selector))
     except SelectorError:
         return ""
+
+
+def choose(
+    specs: Sequence[CacheSpec],
+    info: RequestInfo,
+    query: Mapping[str, str],
+    accept: str,
+    *,
+    rv_space: tuple[str, ...],
+    partitions: Sequence[str],
+) -> Iterator[tuple[int, CachePlan]]:
+    """The caches (index into `specs`, in config order) that could answer a request routed to
+    `partitions` in `rv_space`, each with its plan. Whether a cache's position lets it answer
+    now is decided where the cache lives (`proxy.cache.serve.can_serve`)."""
+    for i, spec in enumerate(specs):
+        if rv_space != spec.codec.space or not set(partitions) <= set(spec.codec.space):
+            continue
+        found = plan(info, query, accept, spec)
+        if found is not None:
+            yield i, found

@@ -20,8 +20,9 @@ Cluster-scoped system objects (clusterroles, CRDs, ...) are never merged and kee
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from routing.placement import NODE_LEASE_NAMESPACE, Placement
 from routing.requestinfo import RequestInfo
@@ -121,6 +122,45 @@ def rv_space_of(info: RequestInfo, state: RoutingState) -> tuple[str, ...]:
 def owner_of_namespaced(namespace: str, state: RoutingState, *, tenant: str = "") -> str:
     """The partition that owns an object in `namespace` (a tenant partition)."""
     return state.placement.partition_of_namespace(namespace, tenant=tenant)
+
+
+# keep(partition, object) -> whether a union (or a watch cache over several tenant partitions)
+# keeps an object that `partition` sent.
+KeepFn = Callable[[str, dict[str, Any]], bool]
+
+
+def owner_filter(by_name: bool, state: RoutingState) -> KeepFn:
+    """Keep only objects the partition that sent them owns: every TP has its own `default`,
+    `kube-system`, ..., and a union must show each namespace once (DESIGN §4). `by_name`: the
+    objects are namespaces (owned by their name) rather than namespaced objects. A Table's row
+    is judged by its object."""
+
+    def keep(partition: str, obj: dict[str, Any]) -> bool:
+        meta = object_meta(obj)
+        namespace = meta.get("name") if by_name else meta.get("namespace")
+        if not namespace:
+            return True
+        return owner_of_namespaced(namespace, state) == partition
+
+    return keep
+
+
+def route_keep(info: RequestInfo, route: Route, state: RoutingState) -> KeepFn | None:
+    """The owner filter a union route needs, None when it needs none."""
+    if not route.owner_filter:
+        return None
+    return owner_filter((info.api_group, info.resource) == NAMESPACES, state)
+
+
+def object_meta(obj: dict[str, Any]) -> dict[str, Any]:
+    """metadata of an object, or of the single row object of a Table (kubectl get -w)."""
+    if obj.get("kind") == "Table":
+        rows = obj.get("rows") or []
+        if rows and isinstance(rows[0].get("object"), dict):
+            meta = rows[0]["object"].get("metadata")
+            return meta if isinstance(meta, dict) else {}
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
 
 
 def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = None) -> Route:

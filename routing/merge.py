@@ -35,30 +35,18 @@ from typing import Any
 import orjson
 
 from routing import protobuf as pb
+from routing.decide import KeepFn, object_meta
 from routing import rv as rvcodec
 from routing.rvjson import find_own_rv, find_values, replace_spans, translate_natives
 from routing.status import expired, watch_error_event
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
-# keep(partition, object) -> whether the union keeps an object that `partition` sent.
-KeepFn = Callable[[str, dict[str, Any]], bool]
 
 # Where a JSON watch event's own resourceVersion is: the object's metadata, and for a Table
 # event (kubectl get -w) the row objects as well.
 _EVENT_OWN_RV = (("object", "metadata", "resourceVersion"),)
 _TABLE_EVENT_OWN_RV = (("object", "metadata", "resourceVersion"), ("object", "rows", "*", "object", "metadata", "resourceVersion"))
-
-
-def object_meta(obj: dict[str, Any]) -> dict[str, Any]:
-    """metadata of an object, or of the single row object of a Table (kubectl get -w)."""
-    if obj.get("kind") == "Table":
-        rows = obj.get("rows") or []
-        if rows and isinstance(rows[0].get("object"), dict):
-            meta = rows[0]["object"].get("metadata")
-            return meta if isinstance(meta, dict) else {}
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
 
 
 def native_rv(obj: dict[str, Any]) -> int:

@@ -3,28 +3,30 @@
 LIST joins the stored bytes of the matching objects under the cache's RV. WATCH registers a
 cache watcher and, in one atomic step, takes the initial state (from "" / "0" or for
 sendInitialEvents=true) or the ring's events after the client's RV; then it writes queued lines
-as they come. One event is encoded once by the cache and the same bytes go to every watcher.
+as they come, everything queued in one write. One event is encoded once by the cache and the
+same bytes go to every watcher.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
-from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.cache.cache_watcher import CacheWatcher
 from proxy.cache.watch_cache import WatchCache, event_line
-from proxy.limits import watch_lifetime, write_or_drop
+from proxy.pipeline.types import Answer, ResponseWriter
 from routing.cache_policy import CacheMode, CachePlan
-from routing.status import status_bytes
+from routing.query import watch_lifetime
 
+_JSON = CIMultiDict({"Content-Type": "application/json"})
 
-
-def _json(body: bytes, status: int = 200) -> web.Response:
-    return web.Response(body=body, status=status, content_type="application/json")
+# objects per written piece of a list from cache: ~2.5 MiB of hollow nodes, large enough that
+# writes are few, small enough that concurrent lists do not each hold the whole body.
+LIST_BATCH = 1000
 
 
 def can_serve(cache: WatchCache, plan: CachePlan) -> bool:
@@ -38,48 +40,32 @@ def can_serve(cache: WatchCache, plan: CachePlan) -> bool:
     return cache.reached(plan.vector)
 
 
-def serve_get(cache: WatchCache, plan: CachePlan, slot: int | None) -> web.Response | None:
+def serve_get(cache: WatchCache, plan: CachePlan, slot: int | None) -> Answer | None:
     """The object by name, or None when the cache does not hold it (the partition answers)."""
-    for candidate in range(len(cache.space)) if slot is None else (slot,):
-        obj = cache.objects.get((candidate, plan.namespace, plan.name))
-        if obj is not None:
-            return _json(obj.raw)
-    return None
+    raw = cache.get(plan.namespace, plan.name, slot)
+    return Answer(200, raw) if raw is not None else None
 
 
-# objects per written piece of a list from cache: ~2.5 MiB of hollow nodes, large enough that
-# writes are few, small enough that concurrent lists do not each hold the whole body.
-LIST_BATCH = 1000
-
-
-async def serve_list(
-    request: web.Request, cache: WatchCache, plan: CachePlan, slot: int | None, *, write_timeout: float
-) -> web.StreamResponse:
+async def serve_list(writer: ResponseWriter, cache: WatchCache, plan: CachePlan, slot: int | None) -> None:
     """The matching objects, written in pieces as they are joined (chunked encoding)."""
-    objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace)
-    if slot is not None:
-        objects = [o for o in objects if o.slot == slot]
+    objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace, slot=slot)
     if len(objects) <= LIST_BATCH:
-        return _json(cache.list_bytes(objects))
-    response = web.StreamResponse(status=200)
-    response.content_type = "application/json"
-    response.enable_chunked_encoding()
-    await response.prepare(request)
+        return await writer.respond(Answer(200, cache.list_bytes(objects)))
+    await writer.start(200, _JSON)
     for piece in cache.list_chunks(objects, batch=LIST_BATCH):
-        await write_or_drop(request, response, piece, timeout=write_timeout)
-    await response.write_eof()
-    return response
+        await writer.write(piece)
+    await writer.end()
 
 
 async def serve_watch(
-    request: web.Request,
+    writer: ResponseWriter,
+    query: Mapping[str, str],
     cache: WatchCache,
     plan: CachePlan,
     slot: int | None,
     *,
-    write_timeout: float,
     stream: Callable[[Callable[[], None]], AbstractContextManager[None]],
-) -> web.StreamResponse:
+) -> None:
     """`stream(closer)` registers the watch so a shutdown can end it cleanly."""
     watcher = CacheWatcher(
         label_selector=plan.label_selector,
@@ -91,61 +77,31 @@ async def serve_watch(
     )
     # One atomic step: the snapshot (or replay) and the registration, so no event falls between.
     if plan.vector is None or plan.send_initial_events:
-        objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace)
-        if slot is not None:
-            objects = [o for o in objects if o.slot == slot]
-        if plan.name:
-            objects = [o for o in objects if o.name == plan.name]
+        objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace, slot=slot, name=plan.name)
         initial = [event_line("ADDED", o.raw) for o in objects]
         if plan.send_initial_events:
             initial.append(cache.bookmark_line(cache.rv, initial_events_end=True))
-        start = cache.rv
+            watcher.last_stamp = cache.rv
     else:
         initial = []
         for event in cache.events_after(plan.vector):
             watcher.offer(event)
-        start = ""
     cache.add_watcher(watcher)
-    if start:
-        watcher.last_stamp = start if plan.send_initial_events else ""
-
-    response = web.StreamResponse(status=200)
-    response.content_type = "application/json"
-    response.enable_chunked_encoding()
-    with stream(watcher.finish):
-        return await _stream_watch(request, response, cache, watcher, initial, write_timeout)
-
-
-async def _stream_watch(
-    request: web.Request,
-    response: web.StreamResponse,
-    cache: WatchCache,
-    watcher: CacheWatcher,
-    initial: list[bytes],
-    write_timeout: float,
-) -> web.StreamResponse:
     try:
-        await response.prepare(request)
-        if initial:
-            await write_or_drop(request, response, b"".join(initial), timeout=write_timeout)
-        deadline = asyncio.get_running_loop().time() + watch_lifetime(request.query)
-        with contextlib.suppress(TimeoutError):  # the watch's lifetime is over: it ends normally
-            async with asyncio.timeout_at(deadline):
-                while True:
-                    # Write everything queued in one go: fewer syscalls under bursts.
-                    batch = [await watcher.queue.get()]
-                    while not watcher.queue.empty():
-                        batch.append(watcher.queue.get_nowait())
-                    await write_or_drop(request, response, b"".join(batch), timeout=write_timeout)
-                    if watcher.terminated and watcher.queue.empty():
-                        break  # after a 410 ERROR event, or the end marker b"" of a shutdown
-        with contextlib.suppress(ConnectionError):
-            await response.write_eof()
+        with stream(watcher.finish):
+            await writer.start(200, _JSON)
+            if initial:
+                await writer.write(b"".join(initial))
+            deadline = asyncio.get_running_loop().time() + watch_lifetime(query)
+            with contextlib.suppress(TimeoutError):  # the watch's lifetime is over: it ends normally
+                async with asyncio.timeout_at(deadline):
+                    while True:
+                        batch = [await watcher.queue.get()]
+                        while not watcher.queue.empty():
+                            batch.append(watcher.queue.get_nowait())
+                        await writer.write(b"".join(batch))
+                        if watcher.terminated and watcher.queue.empty():
+                            break  # after a 410 ERROR event, or the end marker b"" of a shutdown
+            await writer.end()
     finally:
         cache.remove_watcher(watcher)
-    return response
-
-
-def not_ready_status() -> web.Response:
-    """Used when a request needs a cache that has not synced and cannot go upstream."""
-    return _json(status_bytes(503, "ServiceUnavailable", "watch cache not synced yet"), status=503)

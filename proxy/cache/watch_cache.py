@@ -26,8 +26,9 @@ import dataclasses
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import orjson
@@ -114,70 +115,107 @@ class _Listing:
     changed: list[tuple[int, Key, dict[str, Any]]] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class WatchCacheStats:
-    relists: list[int]
-    events: int = 0
-
-
-@dataclass
 class WatchCache:
     """See the module docstring. `codec` is the RV space of the cache's role: its partitions in
-    slot order and the shared epoch table."""
+    slot order and the shared epoch table. State is private: reflectors change it through the
+    ingest methods, request handlers read it through the read-only views below."""
 
-    spec: CacheConfig
-    codec: rvcodec.RVCodec  # the RV space of the cache's role (slot order = codec.space)
-    label_selector: LabelSelector
-    field_selector: FieldSelector
-    on_node: Callable[[str, str | None], None] | None = None  # node name -> owning RP (None: gone)
-    # keep(partition, object): whether `partition` owns the object; a union of tenant
-    # partitions drops the copies of system namespaces every TP has (DESIGN §4).
-    keep: Callable[[str, dict[str, Any]], bool] | None = None
-    kind: str = ""
-    api_version: str = ""
-    objects: dict[Key, CachedObject] = field(default_factory=dict)
-    vector: list[int] = field(default_factory=list)
-    floor: list[int] = field(default_factory=list)
-    synced: set[str] = field(default_factory=set)
-    ring: deque[CachedEvent] = field(default_factory=deque)
-    watchers_by_name: dict[str, set[Watcher]] = field(default_factory=dict)
-    watchers_any: set[Watcher] = field(default_factory=set)
-    bytes_total: int = 0
-    stats: WatchCacheStats = field(default_factory=lambda: WatchCacheStats(relists=[]))
-    _sorted_keys: list[Key] | None = None
-    _listing: dict[str, _Listing] = field(default_factory=dict)
+    def __init__(
+        self,
+        *,
+        spec: CacheConfig,
+        codec: rvcodec.RVCodec,
+        label_selector: LabelSelector,
+        field_selector: FieldSelector,
+        on_node: Callable[[str, str | None], None] | None = None,
+        keep: Callable[[str, dict[str, Any]], bool] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.codec = codec
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self._on_node = on_node  # node name -> owning RP (None: gone)
+        # keep(partition, object): whether `partition` owns the object; a union of tenant
+        # partitions drops the copies of system namespaces every TP has (routing.decide.owner_filter).
+        self._keep = keep
+        n = len(codec.space)
+        self._kind = ""
+        self._api_version = ""
+        self._objects: dict[Key, CachedObject] = {}
+        self._vector = [0] * n
+        self._floor = [0] * n
+        self._synced: set[str] = set()
+        self._ring: deque[CachedEvent] = deque(maxlen=spec.history)
+        self._watchers_by_name: dict[str, set[Watcher]] = {}
+        self._watchers_any: set[Watcher] = set()
+        self._bytes = 0
+        self._relists = [0] * n
+        self._events = 0
+        self._sorted_keys: list[Key] | None = None
+        self._listing: dict[str, _Listing] = {}
 
-    def __post_init__(self) -> None:
-        n = len(self.codec.space)
-        self.vector = [0] * n
-        self.floor = [0] * n
-        self.stats.relists = [0] * n
-        self.ring = deque(maxlen=self.spec.history)
-
-    # -- state -----------------------------------------------------------------------------
+    # -- read-only views -------------------------------------------------------------------
 
     @property
     def space(self) -> tuple[str, ...]:
         return self.codec.space
 
     @property
+    def kind(self) -> str:
+        """The list kind the partitions answered (`NodeList`), "" before the first LIST."""
+        return self._kind
+
+    @property
+    def api_version(self) -> str:
+        return self._api_version
+
+    @property
+    def objects(self) -> Mapping[Key, CachedObject]:
+        """Every cached object by (slot, namespace, name): a read-only view."""
+        return MappingProxyType(self._objects)
+
+    @property
+    def vector(self) -> tuple[int, ...]:
+        """The native RV each partition has reached, in slot order."""
+        return tuple(self._vector)
+
+    @property
+    def relists(self) -> tuple[int, ...]:
+        """Relists after 410 per partition, in slot order."""
+        return tuple(self._relists)
+
+    @property
+    def bytes_total(self) -> int:
+        """Bytes of every cached object's JSON."""
+        return self._bytes
+
+    @property
+    def ring_size(self) -> int:
+        """Events held for resuming watches."""
+        return len(self._ring)
+
+    def has_synced(self, partition: str) -> bool:
+        """Whether `partition`'s first LIST is in."""
+        return partition in self._synced
+
+    @property
     def is_synced(self) -> bool:
-        return len(self.synced) == len(self.space)
+        return len(self._synced) == len(self.space)
 
     @property
     def rv(self) -> str:
         """The cache's current position as a proxy RV ("" until every slot is known, or while no
         epoch of the table can encode it)."""
-        if not all(self.vector):
+        if not all(self._vector):
             return ""
         try:
-            return self.codec.encode(self.vector)
+            return self.codec.encode(self._vector)
         except rvcodec.RVUnencodable:
             return ""
 
     @property
     def watcher_count(self) -> int:
-        return len(self.watchers_any) + sum(len(w) for w in self.watchers_by_name.values())
+        return len(self._watchers_any) + sum(len(w) for w in self._watchers_by_name.values())
 
     def policy_spec(self) -> CacheSpec:
         """What routing.cache_policy needs to know of this cache."""
@@ -191,7 +229,15 @@ class WatchCache:
         )
 
     def item_kind(self) -> str:
-        return self.kind.removesuffix("List") if self.kind else ""
+        return self._kind.removesuffix("List") if self._kind else ""
+
+    def get(self, namespace: str, name: str, slot: int | None = None) -> bytes | None:
+        """The stored bytes of one object (of partition `slot`, or of any), None when absent."""
+        for candidate in range(len(self.space)) if slot is None else (slot,):
+            obj = self._objects.get((candidate, namespace, name))
+            if obj is not None:
+                return obj.raw
+        return None
 
     # -- ingest (reflectors) ---------------------------------------------------------------
 
@@ -209,8 +255,8 @@ class WatchCache:
                     del meta["annotations"]
         if "kind" not in obj and self.item_kind():
             obj["kind"] = self.item_kind()
-        if "apiVersion" not in obj and self.api_version:
-            obj["apiVersion"] = self.api_version
+        if "apiVersion" not in obj and self._api_version:
+            obj["apiVersion"] = self._api_version
         return obj
 
     def _record(self, slot: int, obj: dict[str, Any], native: int) -> CachedObject:
@@ -238,8 +284,8 @@ class WatchCache:
         """Apply one change of partition `slot` at native RV `native` and fan it out. `obj` is
         the object after the change (for DELETED: its last state), None for a synthetic
         DELETED of `old` after a relist."""
-        self.vector[slot] = max(self.vector[slot], native)
-        at = list(self.vector)
+        self._vector[slot] = max(self._vector[slot], native)
+        at = list(self._vector)
         at[slot] = native
         try:
             stamp = self.codec.encode(at)
@@ -262,10 +308,10 @@ class WatchCache:
             return
         key = (slot, record.namespace, record.name)
         if kind == "DELETED":
-            removed = self.objects.pop(key, None)
+            removed = self._objects.pop(key, None)
             if removed is None:
                 return
-            self.bytes_total -= len(removed.raw)
+            self._bytes -= len(removed.raw)
             self._sorted_keys = None
         else:
             if old is None:
@@ -273,11 +319,11 @@ class WatchCache:
                 self._sorted_keys = None
             else:
                 kind = "MODIFIED"
-                self.bytes_total -= len(old.raw)
-            self.objects[key] = record
-            self.bytes_total += len(record.raw)
-        if self.on_node is not None:
-            self.on_node(record.name, self.space[slot] if kind != "DELETED" else None)
+                self._bytes -= len(old.raw)
+            self._objects[key] = record
+            self._bytes += len(record.raw)
+        if self._on_node is not None:
+            self._on_node(record.name, self.space[slot] if kind != "DELETED" else None)
         event = CachedEvent(
             type=kind,
             obj=record,
@@ -289,28 +335,28 @@ class WatchCache:
             prev_fields=old.fields if old is not None else None,
             prev_raw=old.raw if old is not None and (old.labels != record.labels or old.fields != record.fields) else None,
         )
-        if len(self.ring) == self.ring.maxlen:
-            evicted = self.ring[0]
-            self.floor[evicted.slot] = max(self.floor[evicted.slot], evicted.native_rv)
-        self.stats.events += 1
+        if len(self._ring) == self._ring.maxlen:
+            evicted = self._ring[0]
+            self._floor[evicted.slot] = max(self._floor[evicted.slot], evicted.native_rv)
+        self._events += 1
         if not stamp:
             self._unencodable()
             return
-        self.ring.append(event)
+        self._ring.append(event)
         self._dispatch(event)
 
     def _unencodable(self) -> None:
         """No epoch fits the cache's position: every watcher must relist, and no RV issued
         before this point can be resumed from the ring."""
-        self.ring.clear()
-        self.floor = list(self.vector)
-        for watcher in (*self.watchers_any, *(w for group in self.watchers_by_name.values() for w in group)):
+        self._ring.clear()
+        self._floor = list(self._vector)
+        for watcher in (*self._watchers_any, *(w for group in self._watchers_by_name.values() for w in group)):
             watcher.terminate("too old resource version: the proxy's resourceVersion table is behind")
 
     def _dispatch(self, event: CachedEvent) -> None:
-        for watcher in tuple(self.watchers_by_name.get(event.obj.name, ())):
+        for watcher in tuple(self._watchers_by_name.get(event.obj.name, ())):
             watcher.offer(event)
-        for watcher in tuple(self.watchers_any):
+        for watcher in tuple(self._watchers_any):
             watcher.offer(event)
 
     def apply(self, partition: str, kind: str, obj: dict[str, Any]) -> None:
@@ -318,27 +364,27 @@ class WatchCache:
         slot = self.space.index(partition)
         meta = obj.get("metadata") or {}
         native = int(meta.get("resourceVersion") or 0)
-        if self.keep is not None and not self.keep(partition, obj):
-            self.vector[slot] = max(self.vector[slot], native)
+        if self._keep is not None and not self._keep(partition, obj):
+            self._vector[slot] = max(self._vector[slot], native)
             return
         key = (slot, meta.get("namespace", ""), meta.get("name", ""))
-        old = self.objects.get(key)
+        old = self._objects.get(key)
         self._emit(kind, slot, native, obj, old)
 
     def bookmark(self, partition: str, native: int) -> None:
         """An upstream bookmark: the partition has reached `native`. Cache watchers that asked
         for bookmarks get one when the whole vector moved."""
         slot = self.space.index(partition)
-        if native <= self.vector[slot]:
+        if native <= self._vector[slot]:
             return
-        self.vector[slot] = native
+        self._vector[slot] = native
         stamp = self.rv
         if not self.is_synced or not stamp:
             return
         line = self.bookmark_line(stamp)
-        for watcher in tuple(self.watchers_any):
+        for watcher in tuple(self._watchers_any):
             watcher.offer_bookmark(line, stamp)
-        for group in tuple(self.watchers_by_name.values()):
+        for group in tuple(self._watchers_by_name.values()):
             for watcher in tuple(group):
                 watcher.offer_bookmark(line, stamp)
 
@@ -346,7 +392,7 @@ class WatchCache:
         meta: dict[str, Any] = {"resourceVersion": stamp}
         if initial_events_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        obj = {"kind": self.item_kind(), "apiVersion": self.api_version, "metadata": meta}
+        obj = {"kind": self.item_kind(), "apiVersion": self._api_version, "metadata": meta}
         return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
 
     def replace(self, partition: str, items: Iterable[dict[str, Any]], list_rv: int, *, kind: str, api_version: str) -> None:
@@ -358,8 +404,8 @@ class WatchCache:
     def begin_list(self, partition: str, *, kind: str, api_version: str) -> None:
         """Start a LIST of `partition` (initial sync, or relist after 410), read page by page
         so the partition's objects are never all decoded at once."""
-        self.kind, self.api_version = kind or self.kind, api_version or self.api_version
-        self._listing[partition] = _Listing(first_sync=partition not in self.synced)
+        self._kind, self._api_version = kind or self._kind, api_version or self._api_version
+        self._listing[partition] = _Listing(first_sync=partition not in self._synced)
 
     def list_page(self, partition: str, items: Iterable[dict[str, Any]]) -> None:
         """One page of the LIST. On the initial sync objects are stored at once (there are no
@@ -368,26 +414,26 @@ class WatchCache:
         listing = self._listing[partition]
         slot = self.space.index(partition)
         for obj in items:
-            if self.keep is not None and not self.keep(partition, obj):
+            if self._keep is not None and not self._keep(partition, obj):
                 continue
             meta = obj.get("metadata") or {}
             key = (slot, meta.get("namespace", ""), meta.get("name", ""))
             native = int(meta.get("resourceVersion") or 0)
             listing.seen.add(key)
-            old = self.objects.get(key)
+            old = self._objects.get(key)
             if old is not None and old.native_rv == native:
                 continue
             if not listing.first_sync:
                 listing.changed.append((native, key, obj))
                 continue
-            self.vector[slot] = max(self.vector[slot], native)
+            self._vector[slot] = max(self._vector[slot], native)
             record = self._record(slot, obj, native)
             if self._matches_cache(record):
-                self.objects[key] = record
-                self.bytes_total += len(record.raw)
+                self._objects[key] = record
+                self._bytes += len(record.raw)
                 self._sorted_keys = None
-                if self.on_node is not None:
-                    self.on_node(record.name, partition)
+                if self._on_node is not None:
+                    self._on_node(record.name, partition)
 
     def end_list(self, partition: str, list_rv: int) -> None:
         """Finish the LIST at its snapshot RV. On a relist, the difference to what the cache
@@ -396,31 +442,46 @@ class WatchCache:
         listing = self._listing.pop(partition)
         slot = self.space.index(partition)
         if not listing.first_sync:
-            self.stats.relists[slot] += 1
+            self._relists[slot] += 1
             for native, key, obj in sorted(listing.changed, key=lambda c: c[0]):
-                self._emit("MODIFIED", slot, native, obj, self.objects.get(key))
-            for key in [k for k in self.objects if k[0] == slot and k not in listing.seen]:
-                self._emit("DELETED", slot, list_rv, None, self.objects[key])
+                self._emit("MODIFIED", slot, native, obj, self._objects.get(key))
+            for key in [k for k in self._objects if k[0] == slot and k not in listing.seen]:
+                self._emit("DELETED", slot, list_rv, None, self._objects[key])
         self._sorted_keys = None
-        self.vector[slot] = max(self.vector[slot], list_rv)
+        self._vector[slot] = max(self._vector[slot], list_rv)
         if listing.first_sync:
-            self.floor[slot] = list_rv
-            self.synced.add(partition)
+            self._floor[slot] = list_rv
+            self._synced.add(partition)
 
     # -- reads (request handlers) ----------------------------------------------------------
 
-    def matching(self, label_selector: LabelSelector, field_selector: FieldSelector, namespace: str = "") -> list[CachedObject]:
-        """Objects matching the selectors, in (partition, namespace, name) order."""
+    def matching(
+        self,
+        label_selector: LabelSelector,
+        field_selector: FieldSelector,
+        namespace: str = "",
+        *,
+        slot: int | None = None,
+        name: str = "",
+    ) -> list[CachedObject]:
+        """Objects matching the selectors (and the namespace, partition slot and name when
+        given), in (partition, namespace, name) order."""
         if self._sorted_keys is None:
-            self._sorted_keys = sorted(self.objects)
+            self._sorted_keys = sorted(self._objects)
         out = []
         for key in self._sorted_keys:
-            obj = self.objects[key]
-            if namespace and obj.namespace != namespace:
+            obj = self._objects[key]
+            if (namespace and obj.namespace != namespace) or (slot is not None and obj.slot != slot) or (name and obj.name != name):
                 continue
             if label_selector.matches(obj.labels) and field_selector.matches(obj.fields):
                 out.append(obj)
         return out
+
+    def share_bytes(self, slot: int, label_selector: LabelSelector, field_selector: FieldSelector, namespace: str = "") -> bytes:
+        """One partition's share as that partition would answer a LIST: its matching objects
+        under its native list RV (a union list's stand-in for a partition that is down)."""
+        objects = self.matching(label_selector, field_selector, namespace, slot=slot)
+        return b"".join(self._list_pieces(objects, str(self._vector[slot]), batch=len(objects) or 1))
 
     def list_bytes(self, objects: list[CachedObject]) -> bytes:
         """A `<Kind>List` joining stored bytes; its RV is the cache's vector."""
@@ -430,7 +491,10 @@ class WatchCache:
         """The same list as `list_bytes`, in pieces of `batch` objects, so a large list is
         written without ever being one buffer (8 concurrent 20,000-node lists held 1.2 GiB
         as whole bodies: bench/list_nodes.py)."""
-        head = orjson.dumps({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": self.rv}})
+        return self._list_pieces(objects, self.rv, batch=batch)
+
+    def _list_pieces(self, objects: list[CachedObject], list_rv: str, *, batch: int) -> Iterator[bytes]:
+        head = orjson.dumps({"kind": self._kind, "apiVersion": self._api_version, "metadata": {"resourceVersion": list_rv}})
         yield head[:-1] + b',"items":['
         for start in range(0, len(objects), batch):
             piece = b",".join(o.raw for o in objects[start : start + batch])
@@ -439,48 +503,48 @@ class WatchCache:
 
     def resumable(self, vector: tuple[int, ...]) -> bool:
         """Whether the ring holds every event after `vector` (see the module docstring)."""
-        return all(f <= r <= v for f, r, v in zip(self.floor, vector, self.vector))
+        return all(f <= r <= v for f, r, v in zip(self._floor, vector, self._vector))
 
     def reached(self, vector: tuple[int, ...]) -> bool:
-        return all(r <= v for r, v in zip(vector, self.vector))
+        return all(r <= v for r, v in zip(vector, self._vector))
 
     def events_after(self, vector: tuple[int, ...]) -> list[CachedEvent]:
-        return [e for e in self.ring if e.native_rv > vector[e.slot]]
+        return [e for e in self._ring if e.native_rv > vector[e.slot]]
 
     def add_watcher(self, watcher: Watcher) -> None:
         if watcher.name:
-            self.watchers_by_name.setdefault(watcher.name, set()).add(watcher)
+            self._watchers_by_name.setdefault(watcher.name, set()).add(watcher)
         else:
-            self.watchers_any.add(watcher)
+            self._watchers_any.add(watcher)
 
     def remove_watcher(self, watcher: Watcher) -> None:
         if watcher.name:
-            group = self.watchers_by_name.get(watcher.name)
+            group = self._watchers_by_name.get(watcher.name)
             if group is not None:
                 group.discard(watcher)
                 if not group:
-                    del self.watchers_by_name[watcher.name]
+                    del self._watchers_by_name[watcher.name]
         else:
-            self.watchers_any.discard(watcher)
+            self._watchers_any.discard(watcher)
 
     def debug(self) -> dict[str, Any]:
         """The figures /debug/caches reports for this cache."""
-        oldest = self.ring[0].stamp if self.ring else ""
-        newest = self.ring[-1].stamp if self.ring else ""
+        oldest = self._ring[0].stamp if self._ring else ""
+        newest = self._ring[-1].stamp if self._ring else ""
         return {
             "name": self.spec.name,
             "resource": f"{self.spec.group or 'core'}/{self.spec.version}/{self.spec.resource}",
             "labelSelector": self.spec.label_selector,
             "fieldSelector": self.spec.field_selector,
             "synced": self.is_synced,
-            "objects": len(self.objects),
-            "bytes": self.bytes_total,
+            "objects": len(self._objects),
+            "bytes": self._bytes,
             "watchers": self.watcher_count,
-            "ring": {"events": len(self.ring), "capacity": self.spec.history, "oldest": oldest, "newest": newest},
+            "ring": {"events": len(self._ring), "capacity": self.spec.history, "oldest": oldest, "newest": newest},
             "partitions": {
-                p: {"resourceVersion": self.vector[i], "floor": self.floor[i], "relists": self.stats.relists[i]}
+                p: {"resourceVersion": self._vector[i], "floor": self._floor[i], "relists": self._relists[i]}
                 for i, p in enumerate(self.space)
             },
-            "events": self.stats.events,
+            "events": self._events,
             "at": time.time(),
         }

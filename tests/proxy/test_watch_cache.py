@@ -3,6 +3,7 @@ relist differences, resuming and slow watchers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -34,13 +35,14 @@ def node(name: str, rv: int, labels: dict[str, str] | None = None, **extra: Any)
     return {"kind": "Node", "apiVersion": "v1", "metadata": meta, "spec": {}}
 
 
-def make_cache(label_selector: str = "", history: int = 100) -> WatchCache:
+def make_cache(label_selector: str = "", history: int = 100, on_node: Callable[[str, str | None], None] | None = None) -> WatchCache:
     spec = CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE, label_selector=label_selector, history=history)
     cache = WatchCache(
         spec=spec,
         codec=CODEC,
         label_selector=parse_label_selector(label_selector),
         field_selector=parse_field_selector(""),
+        on_node=on_node,
     )
     cache.replace("rp1", [node("a", 10)], 12, kind="NodeList", api_version="v1")
     cache.replace("rp2", [node("b", 20)], 25, kind="NodeList", api_version="v1")
@@ -153,8 +155,8 @@ def test_relist_turns_the_difference_into_synthetic_events_in_rv_order() -> None
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "d"), ("MODIFIED", "c"), ("DELETED", "a")]
     stamps = [e["object"]["metadata"]["resourceVersion"] for e in events]
     assert stamps == sorted(stamps, key=lambda s: (len(s), s))
-    assert cache.vector == [50, 25]
-    assert cache.stats.relists == [2, 0]
+    assert cache.vector == (50, 25)
+    assert cache.relists == (2, 0)
 
 
 def test_watch_resumes_from_a_vector_the_ring_still_holds_and_not_from_an_older_one() -> None:
@@ -208,8 +210,8 @@ def test_cache_selector_keeps_only_selected_objects_and_reports_their_bytes() ->
 @pytest.mark.parametrize("kind", ["ADDED", "MODIFIED"])
 def test_node_index_follows_the_node_cache(kind: str) -> None:
     index: dict[str, str] = {}
-    cache = make_cache()
-    cache.on_node = lambda name, partition: index.__setitem__(name, partition) if partition else index.pop(name, None)
+    cache = make_cache(on_node=lambda name, partition: index.__setitem__(name, partition) if partition else index.pop(name, None))
+    index.clear()  # the initial LISTs
     cache.apply("rp2", kind, node("z", 40))
     assert index == {"z": "rp2"}
     cache.apply("rp2", "DELETED", node("z", 41))
@@ -241,5 +243,5 @@ def test_a_position_no_epoch_fits_ends_every_watcher_with_410_and_empties_the_ri
 
     [error] = drain(w)
     assert error["type"] == "ERROR" and error["object"]["code"] == 410 and error["object"]["reason"] == "Expired"
-    assert len(cache.ring) == 0 and cache.rv == ""
+    assert cache.ring_size == 0 and cache.rv == ""
     assert orjson.loads(cache.objects[(0, "", "a")].raw)["metadata"]["resourceVersion"] == rvcodec.object_rv("rp1", 300)

@@ -1,0 +1,83 @@
+"""A circuit breaker per partition (DESIGN §8), used only inside the client layer.
+
+A partition that fails `failures` calls in a row (connection refused or reset, TLS failure, no
+answer within its deadline) is marked down for `open_seconds`: calls it owns fail at once with
+`PartitionMarkedDown` instead of each waiting for its own timeout. After that window one call is
+let through (half-open); its success closes the breaker, its failure opens it again. Calls owned
+by other partitions never notice.
+
+Callers never pair `allow()` with an outcome by hand: `PartitionClient` takes the trial in
+`attempt()`, a context manager that records the outcome on the way out, so no early return,
+cancellation or unexpected error can leave a half-open trial taken forever (which once cut a
+recovered partition off for good). Plain `def` methods, no awaits: every state change is atomic
+on the event loop. The clock is injected, so tests drive time by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+class Refused(Exception):
+    """The breaker is open, or its half-open trial is taken: do not call the partition."""
+
+
+@dataclass(slots=True)
+class CircuitBreaker:
+    failures: int  # calls failing in a row that open the breaker
+    open_seconds: float  # how long it stays open (seconds)
+    clock: Callable[[], float] = time.monotonic
+    consecutive: int = 0
+    open_until: float = 0.0
+    trial_in_flight: bool = False
+
+    @property
+    def is_open(self) -> bool:
+        """Open now (calls are refused until the window ends)."""
+        return self.clock() < self.open_until
+
+    def allow(self) -> bool:
+        """Whether a call may go to the partition now; takes the half-open trial when it is due."""
+        if self.clock() < self.open_until:
+            return False
+        if self.consecutive >= self.failures:
+            if self.trial_in_flight:
+                return False  # half-open: one trial at a time
+            self.trial_in_flight = True
+        return True
+
+    @contextmanager
+    def attempt(self, failures: tuple[type[BaseException], ...]) -> Iterator[None]:
+        """One call: raises Refused when `allow()` says no. The block's outcome is recorded on the
+        way out: an exception of a `failures` type is a failure (re-raised), a normal exit a
+        success, anything else (cancellation, a bug) releases the trial without a verdict."""
+        if not self.allow():
+            raise Refused()
+        try:
+            yield
+        except failures:
+            self.failure()
+            raise
+        except BaseException:
+            self.trial_in_flight = False
+            raise
+        self.success()
+
+    def retry_after(self) -> int:
+        """Whole seconds until the partition may be tried again (>= 1, for Retry-After)."""
+        return max(1, math.ceil(self.open_until - self.clock()))
+
+    def success(self) -> None:
+        self.consecutive = 0
+        self.open_until = 0.0
+        self.trial_in_flight = False
+
+    def failure(self) -> None:
+        self.consecutive += 1
+        self.trial_in_flight = False
+        if self.consecutive >= self.failures:
+            self.open_until = self.clock() + self.open_seconds

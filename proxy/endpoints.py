@@ -1,0 +1,70 @@
+"""The proxy's own endpoints, answered without authentication (health probes carry no
+credential): `/livez` and `/healthz` (the process serves), `/readyz` (the resourceVersion table
+is loaded and every watch cache has synced), `/metrics` (Prometheus text), `/debug/caches` and
+`/debug/resource-versions` (JSON for people). GET and HEAD only; any other method on these
+paths is an API request like any other (the partitions answer it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import orjson
+from multidict import CIMultiDict
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from proxy.context import ProxyContext
+from proxy.pipeline.types import Answer, Request
+
+Endpoint = Callable[[Request], Awaitable[Answer]]
+_TEXT = "text/plain; charset=utf-8"
+
+
+class Endpoints:
+    def __init__(self, ctx: ProxyContext) -> None:
+        self.ctx = ctx
+        self._by_path: dict[str, Endpoint] = {
+            "/livez": self.livez,
+            "/healthz": self.livez,
+            "/readyz": self.readyz,
+            "/metrics": self.metrics,
+            "/debug/caches": self.debug_caches,
+            "/debug/resource-versions": self.debug_resource_versions,
+        }
+
+    def find(self, method: str, raw_path: str) -> Endpoint | None:
+        """The endpoint serving this request, None for an API request."""
+        if method not in ("GET", "HEAD"):
+            return None
+        return self._by_path.get(raw_path)
+
+    async def livez(self, request: Request) -> Answer:
+        return Answer(200, b"ok", content_type=_TEXT)
+
+    async def readyz(self, request: Request) -> Answer:
+        """200 once the resourceVersion table is loaded and every watch cache has synced (no
+        answers from a partial view). A partition that is down does not make the proxy unready:
+        its requests get 503 and the others are served; taking every replica out of its Service
+        for one partition's outage would fail every partition's clients. Each partition's
+        breaker state is listed for people."""
+        ctx = self.ctx
+        table = ctx.rv.ready.is_set()
+        lines = [f"[{'+' if table else '-'}]resource-version-table {'ok' if table else 'not loaded'}"]
+        lines += [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.caches]
+        for name, client in ctx.clients.items():
+            lines.append(f"   partition {name}: {'marked down, requests get 503' if client.is_marked_down else 'up'}")
+        ready = table and ctx.caches_synced
+        lines.append("readyz check passed" if ready else "readyz check failed")
+        return Answer(200 if ready else 500, ("\n".join(lines) + "\n").encode(), content_type=_TEXT)
+
+    async def metrics(self, request: Request) -> Answer:
+        self.ctx.metrics.observe_caches(self.ctx.caches)
+        return Answer(200, generate_latest(self.ctx.metrics.registry), CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
+
+    async def debug_caches(self, request: Request) -> Answer:
+        """Per cache: objects, bytes, watchers, ring span, last RV and relists per partition."""
+        return Answer(200, orjson.dumps({"caches": [c.debug() for c in self.ctx.caches]}))
+
+    async def debug_resource_versions(self, request: Request) -> Answer:
+        """The epoch table this replica serves with and the partitions' positions it last saw."""
+        return Answer(200, orjson.dumps(self.ctx.rv.debug()))

@@ -1,0 +1,137 @@
+"""The HTTP/1.1 front: aiohttp's low-level server (no router, no middlewares) adapted to the
+pipeline's own types (`proxy.pipeline.types`). Every request, whatever its path, goes to
+`Pipeline.handle`.
+
+A client that goes away cancels its handler (aiohttp's `handler_cancellation`), so a watch frees
+its upstream watches at once instead of at its next event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.pipeline.chain import Pipeline
+from proxy.pipeline.types import Answer, ClientGone, Headers, Request
+
+
+class _Body:
+    """The request body from aiohttp's stream reader."""
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: web.BaseRequest) -> None:
+        self._request = request
+
+    @property
+    def can_read(self) -> bool:
+        return self._request.can_read_body
+
+    async def read(self, limit: int) -> bytes:
+        if not self._request.can_read_body:
+            return b""
+        return await self._request.content.read(limit + 1)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        async for chunk in self._request.content.iter_any():
+            yield chunk
+
+
+class Writer:
+    """A ResponseWriter over aiohttp: a whole answer becomes the web.Response the handler
+    returns; a stream a StreamResponse prepared at `start` (chunked unless a Content-Length is
+    given). Writes that the client does not take within `write_timeout` seconds drop it."""
+
+    __slots__ = ("_request", "_write_timeout", "response", "status")
+
+    def __init__(self, request: web.BaseRequest, write_timeout: float) -> None:
+        self._request = request
+        self._write_timeout = write_timeout
+        self.response: web.StreamResponse | None = None
+        self.status: int | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.response is not None and self.response.prepared
+
+    async def respond(self, answer: Answer) -> None:
+        headers = CIMultiDict(answer.headers) if answer.headers is not None else CIMultiDict()
+        if answer.content_type is not None and "Content-Type" not in headers:
+            headers["Content-Type"] = answer.content_type
+        self.response = web.Response(status=answer.status, body=answer.body, headers=headers)
+        self.status = answer.status
+
+    async def start(self, status: int, headers: Headers, *, content_type: str | None = None) -> None:
+        response = web.StreamResponse(status=status, headers=headers)
+        if content_type is not None and "Content-Type" not in headers:
+            response.headers["Content-Type"] = content_type
+        if "Content-Length" not in headers:
+            response.enable_chunked_encoding()
+        self.response, self.status = response, status
+        try:
+            await response.prepare(self._request)
+        except ConnectionError as exc:
+            raise ClientGone(str(exc)) from None
+
+    async def write(self, data: bytes) -> None:
+        # asyncio.timeout, not wait_for: no Task per write (wait_for makes one on Python 3.11),
+        # and the write rarely suspends at all (only when the transport's buffer is full).
+        assert self.response is not None
+        try:
+            async with asyncio.timeout(self._write_timeout):
+                await self.response.write(data)
+        except TimeoutError:
+            if self._request.transport is not None:
+                self._request.transport.abort()
+            raise ClientGone("client did not read its stream in time") from None
+        except ConnectionError as exc:
+            raise ClientGone(str(exc)) from None
+
+    async def end(self) -> None:
+        if self.response is None:
+            return
+        try:
+            await self.response.write_eof()
+        except ConnectionError:
+            pass  # the client is gone: nothing left to end
+
+
+def adapt(request: web.BaseRequest) -> Request:
+    """The pipeline's Request for an aiohttp request."""
+    url = request.rel_url
+    transport = request.transport
+    return Request(
+        method=request.method,
+        raw_path=url.raw_path,
+        query_string=url.raw_query_string,
+        query=request.query,
+        headers=request.headers,
+        body=_Body(request),
+        peercert=transport.get_extra_info("peercert") if transport is not None else None,
+        content_length=request.content_length,
+    )
+
+
+def http1_server(pipeline: Pipeline, *, max_line_size: int, max_field_size: int) -> web.Server:
+    """aiohttp's low-level server feeding `pipeline`; call it to make a connection's protocol.
+    The parser limits sit above the configured ones, so requests between the two get a Status
+    from the pipeline (414/431) instead of aiohttp's plain 400."""
+    write_timeout = pipeline.ctx.config.limits.watch_write_timeout_seconds
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        writer = Writer(request, write_timeout)
+        await pipeline.handle(adapt(request), writer)
+        if writer.response is None:  # nothing was answered: only a bug gets here
+            return web.Response(status=500)
+        return writer.response
+
+    return web.Server(
+        handle,
+        handler_cancellation=True,
+        access_log=None,
+        max_line_size=max_line_size,
+        max_field_size=max_field_size,
+    )

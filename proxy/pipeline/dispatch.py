@@ -1,0 +1,90 @@
+"""The last step of the pipeline: answer from a watch cache when one can, else forward to the one
+partition or fan out over several (union list, union watch).
+
+A read answered from a cache never reaches a partition, so it is authorized here with
+SubjectAccessReviews to every partition the answer comes from (`proxy.authz`). A partition path
+prefix limits a cached answer to that partition's share.
+"""
+
+from __future__ import annotations
+
+from proxy import answers
+from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
+from proxy.context import ProxyContext
+from proxy.forward import forward
+from proxy.pipeline.types import Exchange
+from proxy.union_list import union_list
+from proxy.union_watch import union_watch
+from routing.access import resource_attributes
+from routing.cache_policy import CacheMode, choose
+from routing.decide import RouteKind
+
+_CACHE_VERBS = frozenset({"list", "watch", "get"})
+# Parameters that do not apply when a union list takes a partition's share from a cache.
+_NOT_FOR_SHARE = frozenset({"continue", "limit", "resourceVersionMatch"})
+
+
+class Dispatch:
+    """Cache, forward or union (module docstring)."""
+
+    def __init__(self, ctx: ProxyContext) -> None:
+        self.ctx = ctx
+
+    async def __call__(self, ex: Exchange) -> None:
+        route = ex.route
+        assert route is not None
+        if ex.info.verb in _CACHE_VERBS and await self._from_cache(ex):
+            return
+        ex.route_kind = route.kind.value
+        if route.kind is RouteKind.FORWARD:
+            await forward(ex, self.ctx)
+        elif ex.info.verb == "watch":
+            await union_watch(ex, self.ctx)
+        else:
+            await union_list(ex, self.ctx, fallback=lambda partition: self._cache_share(ex, partition))
+
+    async def _from_cache(self, ex: Exchange) -> bool:
+        """Answer from the first cache that can; False when none can (or a GET's object is not
+        in it): the request goes upstream."""
+        ctx, route, request = self.ctx, ex.route, ex.request
+        assert route is not None and ex.identity is not None
+        pinned = bool(ex.info.partition) and route.kind is RouteKind.FORWARD
+        for index, found in choose(ctx.cache_specs, ex.info, request.query, request.headers.get("Accept", ""),
+                                   rv_space=route.rv_space, partitions=route.partitions):
+            cache = ctx.caches[index]
+            if not can_serve(cache, found):
+                continue
+            ex.route_kind, ex.target = "serve-from-cache", cache.spec.name
+            partitions = [route.partitions[0]] if pinned else list(cache.space)
+            decision = await ctx.authz.allowed(ex.identity, resource_attributes(ex.info, request.query), partitions)
+            if not decision.allowed:
+                await ex.respond(answers.forbidden(ex.identity, ex.info, decision.reason))
+                return True
+            slot = cache.space.index(route.partitions[0]) if pinned else None
+            if found.mode is CacheMode.LIST:
+                await serve_list(ex.writer, cache, found, slot)
+            elif found.mode is CacheMode.WATCH:
+                await serve_watch(ex.writer, request.query, cache, found, slot, stream=ctx.stream)
+            else:
+                answer = serve_get(cache, found, slot)
+                if answer is None:
+                    return False
+                await ex.respond(answer)
+            return True
+        return False
+
+    def _cache_share(self, ex: Exchange, partition: str) -> bytes | None:
+        """For a union list whose `partition` is down: that partition's share from a watch cache
+        (its list RV native, as the partition would answer; items already in object form), or
+        None when no cache can answer the request's selectors. Only called on that degraded
+        path, never per request."""
+        ctx, route = self.ctx, ex.route
+        assert route is not None
+        query = {k: v for k, v in ex.request.query.items() if k not in _NOT_FOR_SHARE}
+        query["resourceVersion"] = "0"
+        for index, found in choose(ctx.cache_specs, ex.info, query, ex.request.headers.get("Accept", ""),
+                                   rv_space=route.rv_space, partitions=[partition]):
+            cache = ctx.caches[index]
+            if cache.has_synced(partition):
+                return cache.share_bytes(cache.space.index(partition), found.label_selector, found.field_selector, found.namespace)
+        return None

@@ -1,0 +1,169 @@
+"""The steps of the request pipeline, in the order `proxy.pipeline.chain` assembles them (kcp's
+handler chain is the model: each step either answers or passes the exchange on):
+
+    observe -> limits -> authenticate -> overload -> route -> impersonate -> watch_limits -> dispatch
+
+Each step is a small class holding what it needs (given at start-up) and called with the
+exchange and the next step. A step that answers writes through `ex.writer` and returns without
+calling `next`. `dispatch` (cache, forward or union) is in `proxy.pipeline.dispatch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from config.models import LimitsConfig
+from proxy import answers
+from proxy.authn import Authenticator
+from proxy.authz import Authorizer, impersonate, impersonation_request
+from proxy.watch_limits import TooManyWatches, WatchLimiter
+from proxy.metrics import Metrics
+from proxy.overload import InflightLimiter, Overloaded, request_class
+from proxy.pipeline.types import ClientGone, Exchange
+from routing.bodies import body_name
+from routing.decide import RouteKind, RoutingState, decide
+from routing.sli import sli_labels
+
+Next = Callable[[Exchange], Awaitable[None]]
+
+
+class Observe:
+    """Counts every API request (in flight, answered by route and code, duration) and feeds
+    kube-apiserver's SLI histogram for requests that are not long-running. A request whose
+    client left before the answer ended is counted with code 499, under the route it had."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    async def __call__(self, ex: Exchange, next: Next) -> None:
+        started = time.monotonic()
+        kind = "long-running" if ex.long_running else "other"
+        inflight = self.metrics.inflight.labels(kind)
+        inflight.inc()
+        code = "500"  # an exception no step expected: the front end answers 500
+        try:
+            await next(ex)
+            code = str(ex.writer.status) if ex.writer.status else "499"
+        except (ClientGone, asyncio.CancelledError):
+            code = "499"  # the client went away before the answer ended (a watch it closed, usually)
+            raise
+        finally:
+            elapsed = time.monotonic() - started
+            inflight.dec()
+            info = ex.info
+            verb = info.verb or ex.request.method.lower()
+            self.metrics.requests.labels(verb, ex.route_kind, ex.target, code).inc()
+            self.metrics.duration.labels(verb, ex.route_kind).observe(elapsed)
+            if not ex.long_running:
+                labels = sli_labels(info, method=ex.request.method, content_type=ex.request.headers.get("Content-Type", ""))
+                if labels is not None:
+                    self.metrics.sli.labels(*labels.values()).observe(elapsed)
+
+
+class Limits:
+    """413/414/431 for requests over the configured sizes, before anything is read."""
+
+    def __init__(self, limits: LimitsConfig) -> None:
+        self.limits = limits
+
+    async def __call__(self, ex: Exchange, next: Next) -> None:
+        limits, request = self.limits, ex.request
+        if len(request.raw_path_qs) > limits.max_url_bytes:
+            return await ex.respond(answers.status_answer(414, "BadRequest", f"the request URL is longer than {limits.max_url_bytes} bytes"))
+        for key, value in request.headers.items():
+            if len(key) + len(value) > limits.max_header_bytes:
+                return await ex.respond(answers.status_answer(431, "BadRequest", f"a request header is larger than {limits.max_header_bytes} bytes"))
+        if request.content_length is not None and request.content_length > limits.max_body_bytes:
+            return await ex.respond(answers.request_too_large())
+        await next(ex)
+
+
+class Authenticate:
+    """Who the client is (`proxy.authn`): 401 when nobody."""
+
+    def __init__(self, authn: Authenticator) -> None:
+        self.authn = authn
+
+    async def __call__(self, ex: Exchange, next: Next) -> None:
+        ex.identity = await self.authn.authenticate(ex.request.peercert, ex.request.headers.get("Authorization", ""))
+        if ex.identity is None:
+            return await ex.respond(answers.unauthorized())
+        await next(ex)
+
+
+class Overload:
+    """Bounded in-flight requests per class and identity (`proxy.overload`): 429 beyond them."""
+
+    def __init__(self, limiter: InflightLimiter, metrics: Metrics) -> None:
+        self.limiter = limiter
+        self.metrics = metrics
+
+    async def __call__(self, ex: Exchange, next: Next) -> None:
+        assert ex.identity is not None
+        try:
+            with self.limiter.admit(request_class(ex.request.method, ex.long_running), ex.identity.user):
+                await next(ex)
+        except Overloaded as exc:
+            self.metrics.rejected.labels(exc.request_class, exc.reason).inc()
+            await ex.respond(answers.too_many_requests(f"too many requests: {exc}"))
+
+
+class Route:
+    """Where the request goes (`routing.decide`). A create without a name in its URL is routed by
+    the name in its body, which is read here (bounded by `max_body_bytes`)."""
+
+    def __init__(self, routing: RoutingState, max_body_bytes: int) -> None:
+        self.routing = routing
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, ex: Exchange, next: Next) -> None:
+        route = decide(ex.info, self.routing)
+        if route.kind is RouteKind.NEEDS_BODY_NAME:
+            ex.body = await ex.request.body.read(self.max_body_bytes)
+            if len(ex.body) > self.max_body_bytes:
+                return await ex.respond(answers.request_too_large())
+            route = decide(ex.info, self.routing, body_name=body_name(ex.body, ex.request.headers.get("Content-Type", "")))
+        if route.kind is RouteKind.REJECT:
+            if route.plain_text:
+                return await ex.respond(answers.plain_text(route.status_code, route.message))
+            return await ex.respond(answers.status_answer(route.status_code, route.reason, route.message))
+        ex.route = route
+        ex.route_kind = route.kind.value
+        await next(ex)
+
+
+class Impersonate:
+    """`kubectl --as`: the client's Impersonate-* headers, checked with SubjectAccessReviews on
+    the owning partitions (`proxy.authz.impersonate`); 403 on any denial."""
+
+    def __init__(self, authz: Authorizer) -> None:
+        self.authz = authz
+
+    async def __call__(self, ex: Exchange, next: Next) -> None:
+        wanted = impersonation_request(ex.request.headers)
+        if wanted is not None:
+            assert ex.identity is not None and ex.route is not None
+            acting, message = await impersonate(self.authz, ex.identity, wanted, ex.route.partitions)
+            if acting is None:
+                return await ex.respond(answers.forbidden_message(message))
+            ex.identity = acting
+        await next(ex)
+
+
+class WatchLimits:
+    """Open watches per identity (`proxy.limits`): 429 beyond `max_watches_per_identity`."""
+
+    def __init__(self, watches: WatchLimiter) -> None:
+        self.watches = watches
+
+    async def __call__(self, ex: Exchange, next: Next) -> None:
+        if ex.info.verb != "watch":
+            return await next(ex)
+        assert ex.identity is not None
+        try:
+            with self.watches.hold(ex.identity.user):
+                await next(ex)
+        except TooManyWatches:
+            await ex.respond(answers.too_many_requests(f"too many open watches for this user (limit {self.watches.limit})"))

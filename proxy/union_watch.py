@@ -1,0 +1,234 @@
+"""Union WATCH over several partitions (route kind `fan-out`, verb watch): where a watch is merged.
+
+One upstream watch per partition (`proxy.clients.watch.WatchStream`, always with bookmarks).
+A client starting from "" or "0" is served by upstream streaming lists (sendInitialEvents=true,
+KEP-3157), so each partition's initial-events-end bookmark tells the proxy that partition's
+position and every later RV names all of them. An upstream stream that ends or breaks is
+reopened from that partition's last RV, invisibly to the client, while the other partitions keep
+flowing; a reopen refused with a Status (a 410) ends the union watch with that Status as an
+ERROR event (`Expired` for 410) so the client relists. `routing.merge.WatchMerge` decides what
+is written; every event already queued is merged and written in one chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
+
+import orjson
+from multidict import CIMultiDict
+
+from proxy import answers
+from proxy.clients.errors import APIError, PartitionUnavailable
+from proxy.clients.watch import Backoff, WatchStream
+from proxy.context import ProxyContext
+from proxy.headers import downstream_response_headers, union_accept, upstream_request_headers
+from proxy.pipeline.types import Answer, Exchange
+from proxy.union_list import start_vector
+from routing import protobuf as pb
+from routing import rv as rvcodec
+from routing.decide import route_keep
+from routing.merge import WatchMerge
+from routing.query import is_malformed_rv, translated_query, watch_lifetime
+from routing.status import expired, status, watch_error_event
+
+# events; each partition's reader may run this far ahead of the downstream writer before it
+# waits (TCP backpressure then holds the partition). 64 covers a burst of one event per pod of a
+# kubelet's node without letting one slow client buffer a partition's whole stream.
+_EVENT_QUEUE_DEPTH = 64
+# seconds; pauses before reopening an upstream watch: after it ended normally, and after
+# failures (doubled per failure up to the last value), so a partition that closes streams at
+# once is not hammered and a recovered one is resumed within seconds.
+_REOPEN = Backoff(after_end=0.2, first=0.2, most=5.0)
+# seconds; how long a union watch holds an event no epoch can encode yet while the replicas
+# publish a new one (a sync takes a table read, a probe of every partition and maybe a write:
+# tens of ms; two refresh rounds of slack) before it ends the watch with 410.
+_TABLE_HOLD_SECONDS = 10.0
+# new epochs one event may wait for: a watch lagging more than an epoch's quarter range behind the
+# partitions may not fit even the newest epoch; it relists rather than waiting forever.
+_TABLE_HOLDS = 3
+
+_TRUE = {"true", "1"}
+
+
+async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
+    """Merge one watch per partition into one stream (module docstring). The stream is in
+    protobuf when the client accepts it (kube-apiserver's choice from the client's Accept),
+    else JSON."""
+    assert ex.route is not None
+    request, info, route = ex.request, ex.info, ex.route
+    ex.target = "union"
+    query = request.query
+    client_rv = query.get("resourceVersion", "")
+    client_sie = query.get("sendInitialEvents", "").lower() in _TRUE
+    if is_malformed_rv(client_rv):
+        return await ex.respond(answers.invalid_rv(client_rv, "not a decimal integer"))
+    codec = ctx.rv.codec(route.rv_space)
+    try:
+        start = await start_vector(client_rv, codec, ctx)
+    except rvcodec.RVError as exc:
+        return await ex.respond(answers.expired_answer(f"too old resource version: {client_rv} ({exc})"))
+    accept = union_accept(request.headers.get("Accept", ""))
+    if accept is None:
+        return await ex.respond(answers.not_acceptable())
+    streaming_start = start is None and client_rv in {"", "0"}
+    merge = WatchMerge(
+        codec=codec,
+        start=start or (0,) * len(route.rv_space),
+        initial=set(route.partitions) if (client_sie or streaming_start) else set(),
+        client_initial_events=client_sie,
+        bookmarks=query.get("allowWatchBookmarks", "").lower() in _TRUE,
+        keep=route_keep(info, route, ctx.routing),
+    )
+
+    headers = upstream_request_headers(request.headers)
+    headers["Accept"] = accept
+    headers.pop("Accept-Encoding", None)
+    streams: dict[str, WatchStream] = {}
+
+    def upstream_query(partition: str) -> str:
+        """The partition's query at each (re)open: from its last RV, still streaming its initial
+        events if it had not finished them."""
+        native = merge.vector[route.slot(partition)]
+        replace: dict[str, str | None] = {"timeoutSeconds": None, "watch": "true", "allowWatchBookmarks": "true",
+                                          "resourceVersion": str(native) if native else client_rv}
+        first = streams[partition].opened == 0
+        if (first or partition in merge.initial) and (client_sie or streaming_start):
+            replace |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+        else:
+            replace |= {"sendInitialEvents": None, "resourceVersionMatch": None}
+        return translated_query(request.query_string, replace=replace)
+
+    for p in route.partitions:
+        streams[p] = WatchStream(ctx.clients[p], info.upstream_path, query=functools.partial(upstream_query, p), headers=headers,
+                                 identity=ex.identity, backoff=_REOPEN)
+    try:
+        refused = await _open_all(streams)
+        if refused is not None:
+            return await ex.respond(refused)
+        first = next(iter(streams.values()))
+        if len({s.protobuf for s in streams.values()}) > 1:
+            return await ex.respond(answers.bad_gateway("partitions answered the watch in different media types"))
+        await _stream(ex, ctx, merge, streams, first_type=first.content_type)
+    finally:
+        for stream in streams.values():
+            await stream.close()
+
+
+async def _open_all(streams: dict[str, WatchStream]) -> Answer | None:
+    """Open every partition's watch at once; the answer to give instead of a stream when one
+    cannot be opened (503 for a partition that is unavailable, a partition's own refusal as it
+    came), else None."""
+    opened = await asyncio.gather(*(s.open() for s in streams.values()), return_exceptions=True)
+    for result in opened:
+        if isinstance(result, PartitionUnavailable):
+            return answers.partition_unavailable(result)
+        if isinstance(result, BaseException):
+            raise result
+        if result.status != 200:
+            return Answer(result.status, await result.read(), downstream_response_headers(result.headers, keep_length=False),
+                          content_type=None)
+    return None
+
+
+async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: dict[str, WatchStream], *, first_type: str) -> None:
+    protobuf = next(iter(streams.values())).protobuf
+    queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=_EVENT_QUEUE_DEPTH)
+
+    async def pump(partition: str, stream: WatchStream) -> None:
+        try:
+            async for event in stream.events():
+                await queue.put((partition, event))
+        except APIError as exc:  # a reopen refused: the union watch ends with its Status
+            await queue.put((partition, _status_event(exc.code, exc.body, protobuf=protobuf)))
+
+    def finish() -> None:  # shutdown: the marker ("", b"") ends the loop below
+        while queue.full():
+            queue.get_nowait()
+        queue.put_nowait(("", b""))
+
+    await ex.writer.start(200, CIMultiDict({"Content-Type": first_type or "application/json"}))
+    deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)
+    tasks = [asyncio.create_task(pump(p, s), name=f"union-watch:{p}") for p, s in streams.items()]
+    on_event = merge.on_frame if protobuf else merge.on_line
+    try:
+        with ctx.stream(finish), contextlib.suppress(TimeoutError):  # TimeoutError: the watch's lifetime is over
+            async with asyncio.timeout_at(deadline):
+                while not merge.finished:
+                    batch = [await queue.get()]
+                    while not queue.empty():
+                        batch.append(queue.get_nowait())
+                    if not await _merge_and_write(ex, ctx, merge, batch, on_event, protobuf=protobuf):
+                        break
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    await ex.writer.end()
+
+
+async def _merge_and_write(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, batch: list[tuple[str, bytes]],
+                           on_event: Callable[[str, bytes], list[bytes]], *, protobuf: bool) -> bool:
+    """Merge a batch of upstream events and write what results in one piece. False when the
+    stream must end (the shutdown marker)."""
+    out: list[bytes] = []
+    i = holds = 0
+    ended = False
+    while i < len(batch) and not merge.finished:
+        partition, event = batch[i]
+        if not partition:
+            ended = True  # the shutdown marker
+            break
+        try:
+            out += on_event(partition, event)
+        except (ValueError, pb.ProtobufError):
+            pass  # an event kube-apiserver would not send: skipped, the stream goes on
+        except rvcodec.RVUnencodable as exc:
+            # The partitions ran past the newest epoch: write what is ready, hold the stream
+            # until the table catches up, then offer the same event again.
+            if out:
+                await ex.writer.write(b"".join(out))
+                out = []
+            holds += 1
+            if holds > _TABLE_HOLDS or not await _table_caught_up(ctx):
+                out += merge.expire(str(exc), protobuf=protobuf)
+            continue
+        holds = 0
+        i += 1
+    if out:
+        await ex.writer.write(b"".join(out))
+    return not ended
+
+
+async def _table_caught_up(ctx: ProxyContext, *, hold: float = _TABLE_HOLD_SECONDS) -> bool:
+    """Wait (at most `hold` seconds) for the shared table to get a new epoch, asking for a sync
+    now; False when the time is over. The caller retries its encoding after each True."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    published = ctx.rv.table.newest_number
+    while loop.time() < deadline:
+        ctx.rv.request_sync()
+        await ctx.rv.sync_now()
+        if ctx.rv.table.newest_number != published:
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+def _status_event(code: int, raw: bytes, *, protobuf: bool) -> bytes:
+    """An ERROR event for an upstream watch that could not be reopened (a JSON line, or a
+    protobuf frame payload for a protobuf stream)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict) or obj.get("kind") != "Status":
+        obj = expired("watch could not be resumed") if code == 410 else status(code, "InternalError", "watch could not be resumed")
+    if protobuf:
+        reason = "Expired" if code == 410 else str(obj.get("reason", "InternalError"))
+        return pb.encode_watch_event("ERROR", pb.status_object(code=code, reason=reason, message=str(obj.get("message", ""))))
+    return watch_error_event(obj)

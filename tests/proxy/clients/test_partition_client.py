@@ -1,0 +1,201 @@
+"""The client layer against peers that misbehave on demand: local aiohttp servers (pytest-aiohttp)
+that answer, hang, stream and go silent, and ports where nothing listens. They stand in for a
+transport, not for kube-apiserver: what is tested is failover, the breaker, the timeouts of each
+request class and the conversion of failures into the proxy's own errors. What kube-apiserver
+answers is tested against real partitions in tests/integration and tests/faults."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from multidict import CIMultiDict
+from yarl import URL
+
+from config.models import PartitionRole
+from proxy.clients.breaker import CircuitBreaker
+from proxy.clients.credentials import Credentials
+from proxy.clients.errors import (
+    APIConflict,
+    APIExpired,
+    APINotFound,
+    APIServerError,
+    PartitionMarkedDown,
+    PartitionTimedOut,
+    PartitionUnreachable,
+    StreamBroken,
+    api_error,
+)
+from proxy.clients.partition import PartitionClient, RequestClass, Timeouts, new_session
+from proxy.identity import Identity
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
+MakeClient = Callable[..., PartitionClient]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def free_port() -> int:
+    """A port where nothing listens (connections to it are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def make_client() -> AsyncIterator[MakeClient]:
+    made: list[PartitionClient] = []
+
+    def make(*endpoints: URL, failures: int = 2, request: float = 5.0, inactivity: float = 5.0,
+             clock: Clock | None = None, token: str | None = "Bearer proxy-token") -> PartitionClient:
+        client = PartitionClient(
+            name="tp1",
+            role=PartitionRole.TENANT,
+            session=new_session(False),
+            credentials=Credentials(endpoints=endpoints, ssl_context=False, auth_header=token),
+            timeouts=Timeouts(connect=1.0, request=request, watch_inactivity=inactivity),
+            breaker=CircuitBreaker(failures, 5.0, clock=clock or Clock()),
+        )
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        await client.close()
+
+
+async def serve(aiohttp_server: ServerFactory, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> URL:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    server = await aiohttp_server(app)
+    return URL(str(server.make_url("/")))
+
+
+async def test_a_request_carries_the_proxys_credential_and_the_clients_identity(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    seen: list[CIMultiDict[str]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(CIMultiDict(request.headers))
+        return web.json_response({"kind": "ConfigMap"}, status=201)
+
+    client = make_client(await serve(aiohttp_server, handler))
+    async with client.request("POST", "/api/v1/x", query="a=b", body=b"{}", identity=Identity("alice", ("dev", "ops"))) as answer:
+        assert (answer.status, await answer.json()) == (201, {"kind": "ConfigMap"})
+    headers = seen[0]
+    assert headers["Authorization"] == "Bearer proxy-token"
+    assert headers["Impersonate-User"] == "alice" and headers.getall("Impersonate-Group") == ["dev", "ops"]
+    assert "Content-Type" not in headers  # a body sent without one goes without one (kube-apiserver: JSON)
+
+
+async def test_a_refused_connection_fails_over_to_the_next_endpoint_for_a_replayable_body(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text=await request.text())
+
+    dead = URL(f"http://127.0.0.1:{free_port()}")
+    client = make_client(dead, await serve(aiohttp_server, handler))
+    async with client.request("PUT", "/x", body=b"payload") as answer:
+        assert await answer.read() == b"payload"
+    assert client.base_url != dead  # it stays on the endpoint that answered
+
+
+async def test_a_streamed_body_is_never_sent_twice(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"once"
+
+    client = make_client(URL(f"http://127.0.0.1:{free_port()}"), await serve(aiohttp_server, handler))
+    with pytest.raises(PartitionUnreachable) as raised:
+        async with client.request("POST", "/x", body=body()):
+            pass
+    assert raised.value.retry_after >= 1
+
+
+async def test_failures_in_a_row_mark_the_partition_down_and_then_nothing_is_sent(make_client: MakeClient) -> None:
+    client = make_client(URL(f"http://127.0.0.1:{free_port()}"), failures=2)
+    for _ in range(2):
+        with pytest.raises(PartitionUnreachable):
+            async with client.request("GET", "/x"):
+                pass
+    with pytest.raises(PartitionMarkedDown) as raised:
+        async with client.request("GET", "/x"):
+            pass
+    assert client.is_marked_down and raised.value.retry_after == 5
+
+
+async def test_a_recovered_partition_is_served_again_by_its_half_open_trial(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    calls = 0
+
+    async def handler(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        return web.Response(status=500, text="up, but unhappy")  # any HTTP answer means the partition is up
+
+    clock = Clock()
+    client = make_client(await serve(aiohttp_server, handler), failures=1, clock=clock)
+    client.breaker.failure()  # as if the last call had failed
+    with pytest.raises(PartitionMarkedDown):
+        async with client.request("GET", "/x"):
+            pass
+    clock.now += 5.0
+    async with client.request("GET", "/x") as answer:
+        assert answer.status == 500
+    assert not client.is_marked_down and calls == 1
+
+
+async def test_a_request_without_an_answer_in_time_times_out_and_counts_against_the_breaker(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.Response()
+
+    client = make_client(await serve(aiohttp_server, handler), request=0.2, failures=1)
+    with pytest.raises(PartitionTimedOut):
+        async with client.request("GET", "/x"):
+            pass
+    assert client.is_marked_down
+
+
+async def test_a_watch_has_no_total_deadline_but_a_silent_stream_breaks_after_its_inactivity_timeout(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(3):  # longer than the request deadline in all, each piece within the inactivity timeout
+            await response.write(b'{"type":"BOOKMARK"}\n')
+            await asyncio.sleep(0.15)
+        await asyncio.sleep(30)  # then silent
+        return response
+
+    client = make_client(await serve(aiohttp_server, handler), request=0.3, inactivity=0.5)
+    chunks: list[bytes] = []
+    with pytest.raises(StreamBroken, match="no byte for 0.5 s"):
+        async with client.request("GET", "/watch", kind=RequestClass.WATCH) as answer:
+            async for chunk in answer.chunks():
+                chunks.append(chunk)
+    assert b"".join(chunks).count(b"BOOKMARK") == 3
+    assert not client.is_marked_down  # a stream breaking mid-way is not the partition failing
+
+
+@pytest.mark.parametrize(
+    "code, body, error, reason",
+    [
+        (404, b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"message":"x not found"}', APINotFound, "NotFound"),
+        (409, b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}', APIConflict, "Conflict"),
+        (410, b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Gone","code":410}', APIExpired, "Gone"),
+        (503, b"upstream connect error", APIServerError, "InternalError"),
+    ],
+)
+def test_api_errors_are_built_from_the_status_the_partition_sent(code: int, body: bytes, error: type, reason: str) -> None:
+    exc = api_error("tp1", code, body)
+    assert type(exc) is error and exc.code == code and exc.reason == reason and exc.body == body
+    assert exc.status["kind"] == "Status" and exc.partition == "tp1"
