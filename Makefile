@@ -32,9 +32,9 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-# Unit tests only (pure logic, no partitions): seconds.
+# Unit tests only (the pure core, the pipeline steps, the client layer against local peers; no partitions): seconds.
 unit: venv
-	$(VENV)/bin/pytest tests/routing tests/config -q
+	$(VENV)/bin/pytest tests/routing tests/config tests/proxy -q
 
 test: venv components lint
 	$(VENV)/bin/pytest -q -rfE

@@ -1,6 +1,6 @@
 """Shared set-up of the benchmarks: the federation with its peer, node objects, process figures.
 
-Set-up (DESIGN §9: always against a peer in the same run):
+Set-up (always against a peer in the same run):
 - `Federation(root, tenant_partitions=1, resource_partitions=3)`: tp1, rp1, rp2, rp3, each a real
   etcd + kube-apiserver on 127.0.0.1.
 - The proxy in front of tp1, rp1, rp2 only, with one watch cache of nodes.

@@ -270,7 +270,7 @@ class ResourceVersionsConfig(_Model):
 
 
 class FailureConfig(_Model):
-    """What happens when partitions fail or the proxy is overloaded (DESIGN §8)."""
+    """What happens when partitions fail or the proxy is overloaded."""
 
     # failures in a row that mark a partition down; 3 tells a dead partition from one lost
     # packet.

@@ -10,7 +10,7 @@ from multidict import CIMultiDict
 
 from proxy.clients.errors import PartitionUnavailable
 from proxy.identity import Identity
-from proxy.pipeline.types import Answer
+from proxy.messages import Answer
 from routing.requestinfo import RequestInfo
 from routing.status import expired, status_bytes
 from routing.translate import SERVED_MEDIA_TYPES

@@ -19,8 +19,6 @@ import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from aiohttp import web
-
 from config import ConfigError
 from config.models import PartitionRole, ProxyConfig
 from proxy.authn import Authenticator
@@ -30,7 +28,7 @@ from proxy.cache.watch_cache import WatchCache
 from proxy.clients.partition import PartitionClient, open_partition
 from proxy.context import ProxyContext
 from proxy.discovery import namespaced_resources
-from proxy.fronts.http1 import http1_server
+from proxy.fronts.http1 import Http1Front
 from proxy.metrics import Metrics
 from proxy.overload import InflightLimiter
 from proxy.pipeline.chain import Pipeline
@@ -98,7 +96,7 @@ class ProxyApp:
         self.pipeline = Pipeline(ctx)
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[asyncio.Server] = []
-        self._http1: web.Server | None = None
+        self._http1: Http1Front | None = None
 
     @classmethod
     async def start(cls, config: ProxyConfig) -> ProxyApp:
@@ -149,9 +147,10 @@ class ProxyApp:
         """Serve the pipeline on host:port. Raises OSError when the port cannot be bound."""
         limits = self.ctx.config.limits
         if self._http1 is None:
-            self._http1 = http1_server(self.pipeline, max_line_size=2 * limits.max_url_bytes, max_field_size=2 * limits.max_header_bytes)
+            self._http1 = Http1Front(self.pipeline, max_line_size=2 * limits.max_url_bytes,
+                                     max_field_size=2 * limits.max_header_bytes, write_timeout=limits.watch_write_timeout_seconds)
         server = await asyncio.get_running_loop().create_server(
-            self._http1, host, port, ssl=ssl_context, reuse_port=reuse_port, backlog=1024
+            self._http1.protocol, host, port, ssl=ssl_context, reuse_port=reuse_port, backlog=1024
         )
         self._servers.append(server)
         return server
@@ -162,7 +161,6 @@ class ProxyApp:
             server.close()
         self.ctx.end_streams()
         if self._http1 is not None:
-            self._http1.pre_shutdown()
             await self._http1.shutdown(grace)
         for server in self._servers:
             await server.wait_closed()

@@ -1,4 +1,4 @@
-"""Authentication of clients (DESIGN §7).
+"""Authentication of clients.
 
 Order, first that applies: a client certificate verified by the TLS layer (CN user, O groups,
 as kube-apiserver's x509 authenticator); a bearer token found in the configured static tokens;
@@ -21,13 +21,12 @@ from typing import Any
 from cachetools import TTLCache
 
 from config.models import AuthConfig
-from proxy.identity import Identity, identity_from_peercert
+from proxy.identity import MASTERS, Identity, identity_from_peercert
 from proxy.clients.partition import PartitionClient
 from proxy.reviews import ReviewError, post_review
 
 log = logging.getLogger("partition_proxy.authn")
 
-MASTERS = "system:masters"
 ANONYMOUS = Identity("system:anonymous", ("system:unauthenticated",))
 # entries; distinct tokens remembered at once. 10,000 covers every kubelet of a large RP
 # without letting a token-spraying client grow memory without bound.

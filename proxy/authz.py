@@ -28,8 +28,7 @@ from cachetools import TTLCache
 from multidict import CIMultiDictProxy
 
 from config.models import AuthConfig
-from proxy.authn import MASTERS
-from proxy.identity import Identity
+from proxy.identity import MASTERS, Identity
 from proxy.clients.partition import PartitionClient
 from proxy.reviews import ReviewError, post_review
 

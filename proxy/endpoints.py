@@ -14,7 +14,7 @@ from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from proxy.context import ProxyContext
-from proxy.pipeline.types import Answer, Request
+from proxy.messages import Answer, Request
 
 Endpoint = Callable[[Request], Awaitable[Answer]]
 _TEXT = "text/plain; charset=utf-8"
@@ -52,7 +52,9 @@ class Endpoints:
         lines = [f"[{'+' if table else '-'}]resource-version-table {'ok' if table else 'not loaded'}"]
         lines += [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.caches]
         for name, client in ctx.clients.items():
-            lines.append(f"   partition {name}: {'marked down, requests get 503' if client.is_marked_down else 'up'}")
+            health = client.health
+            detail = {"marked down": ", requests get 503", "recovering": ", the next request is its trial"}.get(health, "")
+            lines.append(f"   partition {name}: {health}{detail}")
         ready = table and ctx.caches_synced
         lines.append("readyz check passed" if ready else "readyz check failed")
         return Answer(200 if ready else 500, ("\n".join(lines) + "\n").encode(), content_type=_TEXT)

@@ -23,7 +23,7 @@ from proxy.clients.errors import PartitionUnavailable, StreamBroken
 from proxy.clients.partition import RequestClass, UpstreamResponse
 from proxy.context import ProxyContext
 from proxy.headers import downstream_response_headers, upstream_request_headers
-from proxy.pipeline.types import Answer, Exchange
+from proxy.messages import Answer, Exchange
 from proxy.rv_epochs import ResourceVersions
 from routing import protobuf as pb
 from routing import rv as rvcodec

@@ -2,7 +2,7 @@
 
 Hop-by-hop headers (RFC 9110 §7.6.1) never cross. Identity headers a client sends
 (`Authorization`, `Impersonate-*`, `X-Remote-*`) are always stripped before the proxy adds its
-own (DESIGN §7): a client cannot choose who it is upstream.
+own: a client cannot choose who it is upstream.
 """
 
 from __future__ import annotations

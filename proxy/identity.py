@@ -18,6 +18,10 @@ from typing import Any
 from multidict import CIMultiDict
 
 
+# Membership in it bypasses RBAC on the partitions: no client of the proxy may have it there.
+MASTERS = "system:masters"
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     user: str

@@ -1,7 +1,7 @@
 """`partition-proxy kubeconfig`: a ready-to-use kubeconfig that points a kubelet of a resource
 partition, or a scheduler of a tenant partition, at the proxy.
 
-The server URL carries the partition path prefix (DESIGN §4, rule 1): a kubelet's
+The server URL carries the partition path prefix: a kubelet's
 `https://proxy:6443/partitions/<rp>` pins its Node and Lease to its RP while its pod list stays
 the union of all TPs; a scheduler's `https://proxy:6443/partitions/<tp>` keeps its pods and
 bindings in its TP while its node list is the union of all RPs. The CA and the client

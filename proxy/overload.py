@@ -1,11 +1,11 @@
-"""Overload protection: bounded in-flight requests per class and per identity (DESIGN §8).
+"""Overload protection: bounded in-flight requests per class and per identity.
 
 Classes follow kube-apiserver's max-in-flight filter (k8s.io/apiserver/pkg/server/filters/
 maxinflight.go): mutating, read-only, and long-running (watches, log follows) which are bounded
 separately. A request beyond a bound is refused at once with 429 and an integer Retry-After,
 which client-go retries by itself (k8s.io/client-go/rest/with_retry.go). Nothing queues, so the
 latency of admitted requests does not grow with the overload; `inflight` exports the
-concurrency an autoscaler follows (seed 001: observed concurrency, 60 s stable / 6 s panic).
+concurrency an autoscaler follows (Knative's autoscaler: observed concurrency, 60 s stable / 6 s panic windows).
 """
 
 from __future__ import annotations

@@ -82,6 +82,16 @@ class ResourceVersions:
             await self.sync_now()
             return codec.decode(rv)
 
+    async def start_vector(self, codec: rvcodec.RVCodec, client_rv: str) -> tuple[int, ...] | None:
+        """The vector a client's RV names for a union list or watch: None for ""/"0"/non-numeric.
+        Raises RVError (also for an RV that does not name a position in every partition)."""
+        if not client_rv.isdigit() or client_rv == "0":
+            return None
+        vector = await self.decode(codec, client_rv)
+        if not all(vector):
+            raise rvcodec.RVNotInSpace("resourceVersion does not name a position in every partition")
+        return vector
+
     async def native_for(self, codec: rvcodec.RVCodec, rv: str, slot: int) -> str | None:
         """codec.native_for, with the same re-read as `decode`. Raises RVError."""
         try:

@@ -22,7 +22,7 @@ from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
 from proxy.context import ProxyContext
 from proxy.headers import downstream_response_headers, union_accept, upstream_request_headers
-from proxy.pipeline.types import Answer, Exchange
+from proxy.messages import Answer, Exchange
 from routing import rv as rvcodec
 from routing import translate
 from routing.decide import route_keep
@@ -42,17 +42,6 @@ class _Down(Exception):
         self.retry_after = retry_after
 
 
-async def start_vector(client_rv: str, codec: rvcodec.RVCodec, ctx: ProxyContext) -> tuple[int, ...] | None:
-    """The vector a client RV names, None for ""/"0"/non-numeric. Raises RVError (an RV of an
-    epoch newer than this replica knows is looked up in the shared table first)."""
-    if not client_rv.isdigit() or client_rv == "0":
-        return None
-    vector = await ctx.rv.decode(codec, client_rv)
-    if not all(vector):
-        raise rvcodec.RVNotInSpace("resourceVersion does not name a position in every partition")
-    return vector
-
-
 async def union_list(ex: Exchange, ctx: ProxyContext, *, fallback: Fallback | None = None) -> None:
     """Answer a list (or deletecollection) from every partition of the route (module docstring)."""
     assert ex.route is not None
@@ -63,7 +52,7 @@ async def union_list(ex: Exchange, ctx: ProxyContext, *, fallback: Fallback | No
         return await ex.respond(answers.bad_request("invalid continue token"))
     codec = ctx.rv.codec(route.rv_space)
     try:
-        vector = await start_vector(client_rv, codec, ctx)
+        vector = await ctx.rv.start_vector(codec, client_rv)
     except rvcodec.RVError as exc:
         return await ex.respond(answers.expired_answer(f"too old resource version: {client_rv} ({exc})"))
     accept = union_accept(request.headers.get("Accept", ""))

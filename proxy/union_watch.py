@@ -25,8 +25,7 @@ from proxy.clients.errors import APIError, PartitionUnavailable
 from proxy.clients.watch import Backoff, WatchStream
 from proxy.context import ProxyContext
 from proxy.headers import downstream_response_headers, union_accept, upstream_request_headers
-from proxy.pipeline.types import Answer, Exchange
-from proxy.union_list import start_vector
+from proxy.messages import Answer, Exchange
 from routing import protobuf as pb
 from routing import rv as rvcodec
 from routing.decide import route_keep
@@ -67,7 +66,7 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
         return await ex.respond(answers.invalid_rv(client_rv, "not a decimal integer"))
     codec = ctx.rv.codec(route.rv_space)
     try:
-        start = await start_vector(client_rv, codec, ctx)
+        start = await ctx.rv.start_vector(codec, client_rv)
     except rvcodec.RVError as exc:
         return await ex.respond(answers.expired_answer(f"too old resource version: {client_rv} ({exc})"))
     accept = union_accept(request.headers.get("Accept", ""))

@@ -1,7 +1,7 @@
 """What routing reads from a request body. Pure.
 
 Only one decision needs a body: a create whose URL has no name (`POST /api/v1/namespaces`,
-`POST /api/v1/nodes`) is routed by the name in it (DESIGN §4).
+`POST /api/v1/nodes`) is routed by the name in it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Route decisions: `decide(RequestInfo, RoutingState) -> Route`. Pure (DESIGN §4).
+"""Route decisions: `decide(RequestInfo, RoutingState) -> Route`. Pure.
 
 Precedence, first match wins:
 1. partition path prefix `/partitions/<name>/`: a resource partition pins node-scoped objects
@@ -131,7 +131,7 @@ KeepFn = Callable[[str, dict[str, Any]], bool]
 
 def owner_filter(by_name: bool, state: RoutingState) -> KeepFn:
     """Keep only objects the partition that sent them owns: every TP has its own `default`,
-    `kube-system`, ..., and a union must show each namespace once (DESIGN §4). `by_name`: the
+    `kube-system`, ..., and a union must show each namespace once. `by_name`: the
     objects are namespaces (owned by their name) rather than namespaced objects. A Table's row
     is judged by its object."""
 

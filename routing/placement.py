@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from config.models import PartitionRole, ProxyConfig
 
 # Namespaces every kube-apiserver creates for itself; they belong to no tenant and are owned by
-# the system partition (DESIGN §1). kube-node-lease holds node leases, which are node-scoped.
+# the system partition. kube-node-lease holds node leases, which are node-scoped.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 

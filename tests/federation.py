@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import orjson
 import pytest
 
 from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, find_kubectl
@@ -177,3 +179,19 @@ def pod(namespace: str, name: str, node: str) -> dict[str, object]:
 
 def node(name: str, labels: dict[str, str] | None = None) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}}
+
+
+async def proxy_request(kube: Kube, method: str, path: str, *, body: Any = None, server: str | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """One request through the proxy (or `server`) as the admin client: (status, the body decoded
+    as JSON or {"raw": text}, headers)."""
+    async with aiohttp.ClientSession() as s:
+        async with s.request(
+            method, (server or kube.proxy.server) + path, ssl=kube.client_ssl(), data=orjson.dumps(body) if body is not None else None,
+            headers={"Content-Type": "application/json"}, timeout=aiohttp.ClientTimeout(total=30),
+        ) as r:
+            raw = await r.read()
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                doc = {"raw": raw.decode(errors="replace")}
+            return r.status, doc if isinstance(doc, dict) else {"raw": doc}, dict(r.headers)

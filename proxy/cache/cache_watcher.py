@@ -84,10 +84,6 @@ class CacheWatcher:
             self.queue.put_nowait(line)
             self.last_stamp = stamp
 
-    def send(self, line: bytes, stamp: str = "") -> None:
-        """Queue a line unconditionally (initial events, the initial-events-end bookmark)."""
-        self._put(line, stamp)
-
     def _put(self, line: bytes, stamp: str) -> None:
         try:
             self.queue.put_nowait(line)

@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 import orjson
 
 from proxy.cache.watch_cache import WatchCache
-from proxy.clients.errors import APIExpired, UpstreamError
+from proxy.clients.errors import APIExpired, PartitionMarkedDown, UpstreamError
 from proxy.clients.partition import PartitionClient
 from proxy.clients.watch import Backoff, WatchStream
 
@@ -153,6 +153,10 @@ class Reflector:
             except RelistNeeded:
                 log.info("%s/%s: resourceVersion expired, relisting", self.cache.spec.name, self.partition)
                 listed = False
+            except PartitionMarkedDown as exc:
+                pause = BACKOFF.after_window(exc.reopens_in)  # tried again when the window ends
+                log.warning("%s/%s: %s; retrying in %.1f s", self.cache.spec.name, self.partition, exc, pause)
+                await asyncio.sleep(pause)
             except (UpstreamError, ValueError, KeyError) as exc:
                 if isinstance(exc, APIExpired):
                     listed = False  # a later LIST page's snapshot is gone: list again

@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 
 from proxy.cache.cache_watcher import CacheWatcher
 from proxy.cache.watch_cache import WatchCache, event_line
-from proxy.pipeline.types import Answer, ResponseWriter
+from proxy.messages import Answer, ResponseWriter
 from routing.cache_policy import CacheMode, CachePlan
 from routing.query import watch_lifetime
 

@@ -1,4 +1,4 @@
-"""A circuit breaker per partition (DESIGN §8), used only inside the client layer.
+"""A circuit breaker per partition, used only inside the client layer.
 
 A partition that fails `failures` calls in a row (connection refused or reset, TLS failure, no
 answer within its deadline) is marked down for `open_seconds`: calls it owns fail at once with
@@ -36,6 +36,14 @@ class CircuitBreaker:
     trial_in_flight: bool = False
 
     @property
+    def state(self) -> str:
+        """`closed` (calls go through), `open` (refused until the window ends) or `half-open`
+        (the window ended: the next call is the trial that closes or opens it again)."""
+        if self.clock() < self.open_until:
+            return "open"
+        return "half-open" if self.consecutive >= self.failures else "closed"
+
+    @property
     def is_open(self) -> bool:
         """Open now (calls are refused until the window ends)."""
         return self.clock() < self.open_until
@@ -66,6 +74,10 @@ class CircuitBreaker:
             self.trial_in_flight = False
             raise
         self.success()
+
+    def remaining(self) -> float:
+        """Seconds until the window ends (0 when it is not open)."""
+        return max(0.0, self.open_until - self.clock())
 
     def retry_after(self) -> int:
         """Whole seconds until the partition may be tried again (>= 1, for Retry-After)."""

@@ -44,7 +44,13 @@ class PartitionUnavailable(UpstreamError):
 
 
 class PartitionMarkedDown(PartitionUnavailable):
-    """Its circuit breaker is open, or its half-open trial is taken: nothing was sent."""
+    """Its circuit breaker is open, or its half-open trial is taken: nothing was sent.
+    `reopens_in`: seconds until the breaker's window ends (0 when only the trial is taken); a
+    background reader retries then, so one of them makes the trial as soon as it is due."""
+
+    def __init__(self, partition: str, why: str, retry_after: int, reopens_in: float = 0.0) -> None:
+        super().__init__(partition, why, retry_after)
+        self.reopens_in = reopens_in
 
 
 class PartitionUnreachable(PartitionUnavailable):

@@ -1,6 +1,6 @@
-"""`PartitionClient`: everything the proxy does to reach one partition (DESIGN §10).
+"""`PartitionClient`: everything the proxy does to reach one partition.
 
-Owns, per partition: the aiohttp session (one per partition, DESIGN §9), the proxy's own
+Owns, per partition: the aiohttp session (one per partition), the proxy's own
 credential (client certificate and CA, or bearer token, from the partition's kubeconfig), its
 endpoints with failover (HA kube-apiservers), the circuit breaker, the timeouts of each request
 class, and the conversion of transport failures into the proxy's own errors
@@ -184,7 +184,14 @@ class PartitionClient:
 
     @property
     def is_marked_down(self) -> bool:
+        """Its breaker is open: calls fail at once with PartitionMarkedDown."""
         return self.breaker.is_open
+
+    @property
+    def health(self) -> str:
+        """`up`, `marked down` (breaker open) or `recovering` (half-open: the next call is the
+        trial)."""
+        return {"closed": "up", "open": "marked down", "half-open": "recovering"}[self.breaker.state]
 
     def retry_after(self) -> int:
         return self.breaker.retry_after()
@@ -239,7 +246,9 @@ class PartitionClient:
                     )
                 break
             except Refused:
-                raise PartitionMarkedDown(self.name, "marked down after repeated failures", self.retry_after()) from None
+                raise PartitionMarkedDown(
+                    self.name, "marked down after repeated failures", self.retry_after(), self.breaker.remaining()
+                ) from None
             except aiohttp.ClientConnectorError as exc:
                 # Nothing was sent: the next endpoint may take the request, even a mutating one.
                 self._rotate()

@@ -9,7 +9,8 @@ A `WatchStream` keeps one upstream watch open for as long as its reader wants it
   partition answered (`protobuf` says which);
 - a stream that ends normally (kube-apiserver ends every watch after its timeout) is reopened
   after a short pause; one that breaks, stays silent past the inactivity timeout, or whose
-  partition is unavailable, is reopened with jittered exponential backoff. Every (re)open asks
+  partition is unavailable, is reopened with jittered exponential backoff (a partition marked down
+  is tried again when its breaker's window ends). Every (re)open asks
   `query()` for its query string, so it resumes from wherever the caller has got to, and always
   asks for bookmarks (`allowWatchBookmarks=true`), which keep a quiet stream from looking dead;
 - a reopen answered with a non-200 raises its `APIError` (a 410: the caller relists or tells its
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 from multidict import CIMultiDict
 
-from proxy.clients.errors import PartitionUnavailable, StreamBroken, api_error
+from proxy.clients.errors import PartitionMarkedDown, PartitionUnavailable, StreamBroken, api_error
 from proxy.clients.partition import PartitionClient, RequestClass, UpstreamResponse
 from proxy.identity import Identity
 from routing import protobuf as pb
@@ -44,6 +45,12 @@ class Backoff:
     after_end: float = 0.2
     first: float = 0.5
     most: float = 30.0
+
+    def after_window(self, reopens_in: float) -> float:
+        """The pause of a reader whose partition is marked down: until the breaker's window ends,
+        plus up to `after_end` (jitter, so a partition's streams do not all try at once; the
+        first is its half-open trial, the others wait for its verdict)."""
+        return reopens_in + random.uniform(0.0, self.after_end) + (self.after_end if reopens_in == 0.0 else 0.0)
 
     def pause(self, failures: int) -> float:
         base = self.after_end if failures == 0 else min(self.first * 2 ** (failures - 1), self.most)
@@ -133,13 +140,19 @@ class WatchStream:
                     if answer.status != 200:
                         raise api_error(self.client.name, answer.status, await answer.read())
                     async for event in self._read(answer):
-                        failures = 0
+                        failures = 0  # a stream that delivers is healthy: the next failure starts over
                         yield event
+                    pause = self._backoff.pause(failures)
+                except PartitionMarkedDown as exc:
+                    pause = self._backoff.after_window(exc.reopens_in)
                 except (PartitionUnavailable, StreamBroken, pb.ProtobufError):
                     failures += 1
+                    pause = self._backoff.pause(failures)
+                    if self.client.is_marked_down:  # this failure opened its breaker: no later than the window's end
+                        pause = min(pause, self._backoff.after_window(self.client.breaker.remaining()))
                 await self._exit.aclose()
                 self._answer = None
-                await self._sleep(self._backoff.pause(failures))
+                await self._sleep(pause)
         finally:
             await self.close()
 

@@ -1,5 +1,5 @@
 """The HTTP/1.1 front: aiohttp's low-level server (no router, no middlewares) adapted to the
-pipeline's own types (`proxy.pipeline.types`). Every request, whatever its path, goes to
+pipeline's own types (`proxy.messages`). Every request, whatever its path, goes to
 `Pipeline.handle`.
 
 A client that goes away cancels its handler (aiohttp's `handler_cancellation`), so a watch frees
@@ -15,7 +15,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.pipeline.chain import Pipeline
-from proxy.pipeline.types import Answer, ClientGone, Headers, Request
+from proxy.messages import Answer, ClientGone, Headers, Request
 
 
 class _Body:
@@ -115,23 +115,32 @@ def adapt(request: web.BaseRequest) -> Request:
     )
 
 
-def http1_server(pipeline: Pipeline, *, max_line_size: int, max_field_size: int) -> web.Server:
-    """aiohttp's low-level server feeding `pipeline`; call it to make a connection's protocol.
-    The parser limits sit above the configured ones, so requests between the two get a Status
-    from the pipeline (414/431) instead of aiohttp's plain 400."""
-    write_timeout = pipeline.ctx.config.limits.watch_write_timeout_seconds
+class Http1Front:
+    """aiohttp's low-level server feeding `pipeline`. `protocol()` makes a new connection's
+    protocol (the listener's protocol factory). The parser limits sit above the configured ones,
+    so requests between the two get a Status from the pipeline (414/431) instead of aiohttp's
+    plain 400."""
 
-    async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        writer = Writer(request, write_timeout)
-        await pipeline.handle(adapt(request), writer)
-        if writer.response is None:  # nothing was answered: only a bug gets here
-            return web.Response(status=500)
-        return writer.response
+    def __init__(self, pipeline: Pipeline, *, max_line_size: int, max_field_size: int, write_timeout: float) -> None:
+        async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            writer = Writer(request, write_timeout)
+            await pipeline.handle(adapt(request), writer)
+            if writer.response is None:  # nothing was answered: only a bug gets here
+                return web.Response(status=500)
+            return writer.response
 
-    return web.Server(
-        handle,
-        handler_cancellation=True,
-        access_log=None,
-        max_line_size=max_line_size,
-        max_field_size=max_field_size,
-    )
+        self._server = web.Server(
+            handle,
+            handler_cancellation=True,
+            access_log=None,
+            max_line_size=max_line_size,
+            max_field_size=max_field_size,
+        )
+
+    def protocol(self) -> asyncio.BaseProtocol:
+        return self._server()
+
+    async def shutdown(self, grace: float) -> None:
+        """Close idle connections now, give requests in flight `grace` seconds, then close all."""
+        self._server.pre_shutdown()
+        await self._server.shutdown(grace)

@@ -17,7 +17,7 @@ from proxy.context import ProxyContext
 from proxy.endpoints import Endpoints
 from proxy.pipeline import steps
 from proxy.pipeline.dispatch import Dispatch
-from proxy.pipeline.types import ClientGone, Exchange, Request, ResponseWriter
+from proxy.messages import ClientGone, Exchange, Request, ResponseWriter
 from routing.requestinfo import is_long_running, parse_request_info
 
 Handler = Callable[[Exchange], Awaitable[None]]

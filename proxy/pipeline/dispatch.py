@@ -12,7 +12,7 @@ from proxy import answers
 from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
 from proxy.context import ProxyContext
 from proxy.forward import forward
-from proxy.pipeline.types import Exchange
+from proxy.messages import Exchange
 from proxy.union_list import union_list
 from proxy.union_watch import union_watch
 from routing.access import resource_attributes

@@ -21,7 +21,7 @@ from proxy.authz import Authorizer, impersonate, impersonation_request
 from proxy.watch_limits import TooManyWatches, WatchLimiter
 from proxy.metrics import Metrics
 from proxy.overload import InflightLimiter, Overloaded, request_class
-from proxy.pipeline.types import ClientGone, Exchange
+from proxy.messages import ClientGone, Exchange
 from routing.bodies import body_name
 from routing.decide import RouteKind, RoutingState, decide
 from routing.sli import sli_labels

@@ -25,10 +25,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, find_kubectl
+from hack.federation import PROXY_ADMINS_GROUP, Federation, find_kubectl
 from hack.proxy_process import ProxyProcess
 from hack.toxiproxy import ToxiproxyServer
-from tests.federation import Kube, pod
+from tests.federation import Kube, pod, require_binaries
 
 REPORT = Path(__file__).resolve().parents[2] / ".local" / "faults.json"
 RESULTS: list[dict[str, Any]] = []
@@ -46,11 +46,7 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    if not (DEFAULT_BIN_DIR / "toxiproxy-server").exists() or not (DEFAULT_BIN_DIR / "kube-apiserver").exists():
-        message = "toxiproxy-server or kube-apiserver missing: run hack/build-components.sh"
-        if os.environ.get("REQUIRE_REAL_PARTITIONS"):
-            pytest.fail(message)
-        pytest.skip(message)  # REQUIRE_REAL_PARTITIONS unset: a developer machine without Go
+    require_binaries("toxiproxy-server", "kube-apiserver", "etcd")
     root = tmp_path_factory.mktemp("faults")
     fed = Federation(root / "federation", tenant_partitions=2, resource_partitions=1)
     toxi = ToxiproxyServer(root / "toxiproxy")

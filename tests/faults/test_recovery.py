@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.federation import Kube, running_federation
+from tests.federation import Kube, proxy_request, running_federation
 
 OPEN_SECONDS = 2.0  # failure.breaker_open_seconds of this module's proxy
 FAILURES = 2  # failure.breaker_failures
@@ -32,17 +32,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
 
 
 async def _request(kube: Kube, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any], dict[str, str]]:
-    async with aiohttp.ClientSession() as s:
-        async with s.request(
-            method, kube.proxy.server + path, ssl=kube.client_ssl(), data=orjson.dumps(body) if body is not None else None,
-            headers={"Content-Type": "application/json"}, timeout=aiohttp.ClientTimeout(total=30),
-        ) as r:
-            raw = await r.read()
-            try:
-                doc = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                doc = {"raw": raw.decode(errors="replace")}
-            return r.status, doc, dict(r.headers)
+    return await proxy_request(kube, method, path, body=body)
 
 
 async def _cut_tp2_until_marked_down(kube: Kube, namespace: str) -> None:

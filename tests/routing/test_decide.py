@@ -1,4 +1,4 @@
-"""Route decisions (routing.decide, routing.placement): DESIGN §4 precedence, tested with tables
+"""Route decisions (routing.decide, routing.placement): the routing precedence, tested with tables
 and hypothesis over a federation of two tenant partitions and two resource partitions."""
 
 from __future__ import annotations

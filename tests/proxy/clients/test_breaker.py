@@ -56,12 +56,15 @@ def test_an_open_breaker_refuses_without_calling_and_tells_when_to_retry() -> No
 
 def test_after_the_window_one_trial_goes_through_and_its_success_closes_the_breaker() -> None:
     b, clock = breaker(failures=1, open_seconds=5.0)
+    assert b.state == "closed"
     fail(b)
+    assert b.state == "open"
     clock.now += 5.0
+    assert b.state == "half-open" and not b.is_open
     with b.attempt((Transport,)):
         with pytest.raises(Refused), b.attempt((Transport,)):  # half-open: one trial at a time
             pass
-    assert not b.is_open
+    assert b.state == "closed"
     with b.attempt((Transport,)):
         pass  # closed: calls go through again
 

@@ -151,7 +151,7 @@ async def test_a_recovered_partition_is_served_again_by_its_half_open_trial(aioh
     clock.now += 5.0
     async with client.request("GET", "/x") as answer:
         assert answer.status == 500
-    assert not client.is_marked_down and calls == 1
+    assert not client.is_marked_down and client.health == "up" and calls == 1
 
 
 async def test_a_request_without_an_answer_in_time_times_out_and_counts_against_the_breaker(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:

@@ -1,0 +1,326 @@
+"""Each step of the request pipeline on its own: a request made by hand, a writer that records
+the answer, and a `next` that records whether the step passed the exchange on. Collaborators
+that would ask a partition (authorization reviews) are replaced by objects answering as told."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from config import parse_config
+from config.models import AuthConfig, FailureConfig, LimitsConfig
+from proxy.authn import Authenticator
+from proxy.authz import Decision
+from proxy.identity import Identity
+from proxy.metrics import Metrics
+from proxy.messages import Answer, ClientGone, Exchange, Headers, Request
+from proxy.overload import InflightLimiter
+from proxy.pipeline import steps
+from proxy.pipeline.chain import compose
+from proxy.watch_limits import WatchLimiter
+from routing.decide import RouteKind, RoutingState
+from routing.placement import Placement
+from routing.requestinfo import is_long_running, parse_request_info
+
+CONFIG = parse_config({
+    "partitions": [
+        {"name": "tp1", "role": "tenant", "kubeconfig": "/k/tp1"},
+        {"name": "tp2", "role": "tenant", "kubeconfig": "/k/tp2"},
+        {"name": "rp1", "role": "resource", "kubeconfig": "/k/rp1"},
+    ],
+    "system_partition": "tp1",
+    "tenants": {"ranges": [{"first": "a", "last": "m", "partition": "tp1"}, {"first": "n", "last": "z", "partition": "tp2"}]},
+    "nodes": {"placement": "prefix", "prefixes": {"rp1-": "rp1"}},
+})
+ROUTING = RoutingState(Placement.from_config(CONFIG), frozenset({("", "pods"), ("", "configmaps")}))
+ALICE = Identity("alice", ("dev",))
+
+
+class Body:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    @property
+    def can_read(self) -> bool:
+        return bool(self.data)
+
+    async def read(self, limit: int) -> bytes:
+        return self.data[: limit + 1]
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield self.data
+
+
+@dataclass
+class Writer:
+    answers: list[Answer] = field(default_factory=list)
+    status: int | None = None
+    started: bool = False
+
+    async def respond(self, answer: Answer) -> None:
+        self.answers.append(answer)
+        self.status = answer.status
+
+    async def start(self, status: int, headers: Headers, *, content_type: str | None = None) -> None:
+        self.status, self.started = status, True
+
+    async def write(self, data: bytes) -> None:
+        pass
+
+    async def end(self) -> None:
+        pass
+
+    @property
+    def only(self) -> dict[str, Any]:
+        [answer] = self.answers
+        doc = orjson.loads(answer.body)
+        assert isinstance(doc, dict)
+        return doc | {"_status": answer.status, "_headers": dict(answer.headers or {})}
+
+
+def exchange(method: str = "GET", path: str = "/api/v1/namespaces/alpha-web/pods", query: Mapping[str, str] | None = None,
+             headers: Mapping[str, str] | None = None, body: bytes = b"", identity: Identity | None = ALICE) -> Exchange:
+    query = dict(query or {})
+    info = parse_request_info(method, path, query)
+    request = Request(
+        method=method, raw_path=path, query_string="&".join(f"{k}={v}" for k, v in query.items()), query=query,
+        headers=CIMultiDictProxy(CIMultiDict(headers or {})), body=Body(body), peercert=None,
+        content_length=len(body) if body else None,
+    )
+    return Exchange(request, Writer(), info, is_long_running(info, query), identity=identity)
+
+
+class Next:
+    def __init__(self, answer: Answer | None = None, wait: asyncio.Event | None = None) -> None:
+        self.seen: list[Exchange] = []
+        self.answer = answer
+        self.wait = wait
+
+    async def __call__(self, ex: Exchange) -> None:
+        self.seen.append(ex)
+        if self.wait is not None:
+            await self.wait.wait()
+        if self.answer is not None:
+            await ex.respond(self.answer)
+
+
+def writer(ex: Exchange) -> Writer:
+    assert isinstance(ex.writer, Writer)
+    return ex.writer
+
+
+# --- limits -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code"),
+    [
+        ({"query": {"labelSelector": "x" * 300}}, 414),
+        ({"headers": {"X-Big": "y" * 2000}}, 431),
+        ({"method": "POST", "body": b"z" * 2000}, 413),
+    ],
+)
+async def test_limits_answer_requests_over_the_configured_sizes_before_reading_them(kwargs: dict[str, Any], code: int) -> None:
+    step = steps.Limits(LimitsConfig(max_url_bytes=256, max_header_bytes=1024, max_body_bytes=1000))
+    ex, nxt = exchange(**kwargs), Next()
+    await step(ex, nxt)
+    assert writer(ex).only["_status"] == code and writer(ex).only["kind"] == "Status" and not nxt.seen
+
+
+async def test_limits_pass_a_request_within_them() -> None:
+    ex, nxt = exchange(), Next()
+    await steps.Limits(LimitsConfig())(ex, nxt)
+    assert nxt.seen == [ex] and not writer(ex).answers
+
+
+# --- authenticate -------------------------------------------------------------------------------
+
+
+async def test_authenticate_finds_a_static_token_and_drops_system_masters() -> None:
+    auth = AuthConfig(static_tokens=[{"token": "sekrit-token", "user": "bob", "groups": ["system:masters", "ops"]}])
+    ex, nxt = exchange(headers={"Authorization": "Bearer sekrit-token"}, identity=None), Next()
+    await steps.Authenticate(Authenticator(auth, None))(ex, nxt)
+    assert nxt.seen == [ex] and ex.identity == Identity("bob", ("ops",))
+
+
+async def test_authenticate_answers_401_to_nobody() -> None:
+    ex, nxt = exchange(headers={"Authorization": "Bearer wrong-token"}, identity=None), Next()
+    await steps.Authenticate(Authenticator(AuthConfig(), None))(ex, nxt)
+    assert writer(ex).only["_status"] == 401 and writer(ex).only["reason"] == "Unauthorized" and not nxt.seen
+
+
+async def test_authenticate_reads_the_verified_client_certificate() -> None:
+    ex, nxt = exchange(identity=None), Next()
+    ex.request.peercert = {"subject": ((("commonName", "system:node:rp1-n1"),), (("organizationName", "system:nodes"),))}
+    await steps.Authenticate(Authenticator(AuthConfig(), None))(ex, nxt)
+    assert ex.identity == Identity("system:node:rp1-n1", ("system:nodes",))
+
+
+# --- overload -----------------------------------------------------------------------------------
+
+
+async def test_overload_admits_up_to_the_class_limit_then_answers_429_with_retry_after() -> None:
+    limiter = InflightLimiter(FailureConfig(max_inflight_readonly=1))
+    metrics = Metrics.create()
+    step = steps.Overload(limiter, metrics)
+    release = asyncio.Event()
+    first, held = exchange(), Next(wait=release)
+    running = asyncio.create_task(step(first, held))
+    await asyncio.sleep(0)
+    second, nxt = exchange(), Next()
+    await step(second, nxt)
+    release.set()
+    await running
+    assert writer(second).only["_status"] == 429 and writer(second).only["_headers"]["Retry-After"] == "1"
+    assert not nxt.seen and held.seen == [first]
+    assert metrics.rejected.labels("read-only", "class")._value.get() == 1
+    third, nxt = exchange(), Next()
+    await step(third, nxt)  # the slot was given back
+    assert nxt.seen == [third]
+
+
+# --- route --------------------------------------------------------------------------------------
+
+
+async def test_route_decides_and_labels_the_exchange() -> None:
+    ex, nxt = exchange(path="/api/v1/namespaces/nova-web/pods/p"), Next()
+    await steps.Route(ROUTING, 1000)(ex, nxt)
+    assert ex.route is not None and ex.route.kind is RouteKind.FORWARD and ex.route.partitions == ("tp2",)
+    assert ex.route_kind == "forward" and nxt.seen == [ex]
+
+
+async def test_route_reads_a_create_body_for_its_name() -> None:
+    ex, nxt = exchange("POST", "/api/v1/namespaces", body=b'{"metadata":{"name":"nova-web"}}',
+                       headers={"Content-Type": "application/json"}), Next()
+    await steps.Route(ROUTING, 1000)(ex, nxt)
+    assert ex.route is not None and ex.route.partitions == ("tp2",) and ex.body == b'{"metadata":{"name":"nova-web"}}'
+
+
+async def test_route_refuses_a_create_body_over_the_limit() -> None:
+    ex, nxt = exchange("POST", "/api/v1/namespaces", body=b"x" * 100), Next()
+    await steps.Route(ROUTING, 10)(ex, nxt)
+    assert writer(ex).only["_status"] == 413 and not nxt.seen
+
+
+async def test_route_answers_an_unknown_partition_prefix_as_kube_apiserver_answers_an_unknown_path() -> None:
+    ex, nxt = exchange(path="/partitions/nope/api/v1/pods"), Next()
+    await steps.Route(ROUTING, 1000)(ex, nxt)
+    [answer] = writer(ex).answers
+    assert (answer.status, answer.body, answer.content_type) == (404, b"404 page not found\n", "text/plain; charset=utf-8")
+
+
+# --- impersonate --------------------------------------------------------------------------------
+
+
+class Authz:
+    def __init__(self, allow: bool) -> None:
+        self.allow = allow
+        self.asked: list[tuple[Identity, dict[str, Any], tuple[str, ...]]] = []
+
+    async def allowed(self, identity: Identity, attributes: dict[str, Any], partitions: Any, *, trust: bool = True) -> Decision:
+        self.asked.append((identity, attributes, tuple(partitions)))
+        return Decision(self.allow, "" if self.allow else "denied")
+
+
+async def routed(ex: Exchange) -> Exchange:
+    await steps.Route(ROUTING, 1000)(ex, Next())
+    return ex
+
+
+async def test_impersonate_acts_as_the_requested_identity_once_the_owning_partitions_allow_it() -> None:
+    authz = Authz(True)
+    ex, nxt = await routed(exchange(headers={"Impersonate-User": "carol", "Impersonate-Group": "qa"})), Next()
+    await steps.Impersonate(authz)(ex, nxt)  # type: ignore[arg-type]
+    assert ex.identity == Identity("carol", ("qa", "system:authenticated")) and nxt.seen == [ex]
+    assert {a["resource"] for _, a, _ in authz.asked} == {"users", "groups"} and {p for _, _, p in authz.asked} == {("tp1",)}
+
+
+async def test_impersonate_answers_403_on_any_denial_and_never_grants_system_masters() -> None:
+    ex, nxt = await routed(exchange(headers={"Impersonate-User": "carol"})), Next()
+    await steps.Impersonate(Authz(False))(ex, nxt)  # type: ignore[arg-type]
+    assert writer(ex).only["_status"] == 403 and not nxt.seen
+    ex, nxt = await routed(exchange(headers={"Impersonate-User": "carol", "Impersonate-Group": "system:masters"})), Next()
+    await steps.Impersonate(Authz(True))(ex, nxt)  # type: ignore[arg-type]
+    assert writer(ex).only["_status"] == 403 and not nxt.seen
+
+
+async def test_impersonate_leaves_a_request_without_impersonation_headers_alone() -> None:
+    authz = Authz(False)
+    ex, nxt = await routed(exchange()), Next()
+    await steps.Impersonate(authz)(ex, nxt)  # type: ignore[arg-type]
+    assert nxt.seen == [ex] and ex.identity == ALICE and not authz.asked
+
+
+# --- watch limits -------------------------------------------------------------------------------
+
+
+async def test_watch_limits_count_open_watches_per_identity() -> None:
+    limiter = WatchLimiter(1)
+    step = steps.WatchLimits(limiter)
+    release = asyncio.Event()
+    first, held = exchange(query={"watch": "1"}), Next(wait=release)
+    running = asyncio.create_task(step(first, held))
+    await asyncio.sleep(0)
+    second, nxt = exchange(query={"watch": "1"}), Next()
+    await step(second, nxt)
+    assert writer(second).only["_status"] == 429 and "limit 1" in writer(second).only["message"]
+    other, nxt = exchange(query={"watch": "1"}, identity=Identity("bob", ())), Next()
+    await step(other, nxt)
+    assert nxt.seen == [other]  # another identity has its own count
+    lists, nxt = exchange(), Next()
+    await step(lists, nxt)
+    assert nxt.seen == [lists]  # lists are not watches
+    release.set()
+    await running
+    assert not limiter.open
+
+
+# --- observe ------------------------------------------------------------------------------------
+
+
+async def test_observe_counts_the_answer_under_its_route_and_feeds_the_sli_histogram() -> None:
+    metrics = Metrics.create()
+    ex = await routed(exchange(path="/api/v1/namespaces/alpha-web/pods/p"))
+    await steps.Observe(metrics)(ex, Next(Answer(200, b"{}")))
+    assert metrics.requests.labels("get", "forward", "", "200")._value.get() == 1
+    sli = metrics.registry.get_sample_value("apiserver_request_sli_duration_seconds_count", {
+        "verb": "GET", "group": "", "version": "v1", "resource": "pods", "subresource": "", "scope": "resource", "component": "apiserver"})
+    assert sli == 1
+
+
+async def test_observe_counts_a_client_that_went_away_as_499_of_its_route() -> None:
+    metrics = Metrics.create()
+    ex = await routed(exchange(query={"watch": "1"}))
+    ex.target = "tp1"
+
+    async def gone(ex: Exchange) -> None:
+        raise ClientGone()
+
+    with pytest.raises(ClientGone):
+        await steps.Observe(metrics)(ex, gone)
+    assert metrics.requests.labels("watch", "forward", "tp1", "499")._value.get() == 1
+    assert metrics.inflight.labels("long-running")._value.get() == 0
+
+
+async def test_compose_runs_the_steps_in_order_and_a_step_that_answers_stops_the_chain() -> None:
+    order: list[str] = []
+
+    def step(name: str, answer: bool = False) -> Any:
+        async def run(ex: Exchange, next: Any) -> None:
+            order.append(name)
+            if answer:
+                return await ex.respond(Answer(418))
+            await next(ex)
+
+        return run
+
+    last = Next()
+    handler = compose([step("a"), step("b", answer=True), step("c")], last)
+    await handler(exchange())
+    assert order == ["a", "b"] and not last.seen
