@@ -159,7 +159,7 @@ async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: d
                     batch = [await queue.get()]
                     while not queue.empty():
                         batch.append(queue.get_nowait())
-                    if not await _merge_and_write(ex, ctx, merge, batch, on_event, protobuf=protobuf):
+                    if not await merge_and_write(ex, ctx, merge, batch, on_event, protobuf=protobuf):
                         break
     finally:
         for task in tasks:
@@ -170,9 +170,12 @@ async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: d
     await ex.writer.end()
 
 
-async def _merge_and_write(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, batch: list[tuple[str, bytes]],
-                           on_event: Callable[[str, bytes], list[bytes]], *, protobuf: bool) -> bool:
-    """Merge a batch of upstream events and write what results in one piece. False when the
+async def merge_and_write(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, batch: list[tuple[str, bytes]],
+                          on_event: Callable[[str, bytes], list[bytes]], *, protobuf: bool,
+                          hold: float = _TABLE_HOLD_SECONDS) -> bool:
+    """Merge a batch of upstream events and write what results in one piece. An event no epoch
+    fits yet holds the stream (what is ready is written first) until the table catches up, at
+    most `_TABLE_HOLDS` new epochs of `hold` seconds each, then ends it with 410. False when the
     stream must end (the shutdown marker)."""
     out: list[bytes] = []
     i = holds = 0
@@ -184,18 +187,18 @@ async def _merge_and_write(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, b
             break
         try:
             out += on_event(partition, event)
-        except (ValueError, pb.ProtobufError):
-            pass  # an event kube-apiserver would not send: skipped, the stream goes on
-        except rvcodec.RVUnencodable as exc:
+        except rvcodec.RVUnencodable as exc:  # first: it is a ValueError too
             # The partitions ran past the newest epoch: write what is ready, hold the stream
             # until the table catches up, then offer the same event again.
             if out:
                 await ex.writer.write(b"".join(out))
                 out = []
             holds += 1
-            if holds > _TABLE_HOLDS or not await _table_caught_up(ctx):
+            if holds > _TABLE_HOLDS or not await _table_caught_up(ctx, hold=hold):
                 out += merge.expire(str(exc), protobuf=protobuf)
             continue
+        except (ValueError, pb.ProtobufError):
+            pass  # an event kube-apiserver would not send: skipped, the stream goes on
         holds = 0
         i += 1
     if out:

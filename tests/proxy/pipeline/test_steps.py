@@ -60,6 +60,7 @@ class Body:
 @dataclass
 class Writer:
     answers: list[Answer] = field(default_factory=list)
+    writes: list[bytes] = field(default_factory=list)
     status: int | None = None
     started: bool = False
 
@@ -71,7 +72,7 @@ class Writer:
         self.status, self.started = status, True
 
     async def write(self, data: bytes) -> None:
-        pass
+        self.writes.append(data)
 
     async def end(self) -> None:
         pass
