@@ -121,10 +121,25 @@ class LimitsConfig(_Model):
     watch_write_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
+class Http2Config(_Model):
+    """The HTTP/2 front (negotiated by ALPN on the TLS port, next to HTTP/1.1)."""
+
+    enabled: bool = True
+    # streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS): 100, as
+    # kube-apiserver advertises unless --http2-max-streams-per-connection is set; client-go opens
+    # another connection beyond it.
+    max_concurrent_streams: int = Field(default=100, ge=1, le=100_000)
+    # bytes; a request's header list (SETTINGS_MAX_HEADER_LIST_SIZE). kubelet and scheduler
+    # requests carry a few KiB; 256 KiB bounds a connection's header memory at 25 MiB with 100
+    # streams (Go's server allows 1 MiB).
+    max_header_list_size: int = Field(default=256 * 1024, ge=16 * 1024)
+
+
 class ListenConfig(_Model):
     address: str = "127.0.0.1"
     port: int = Field(default=6443, ge=0, le=65535)
     tls: TLSConfig | None = None
+    http2: Http2Config = Field(default_factory=Http2Config)
 
 
 class PartitionConfig(_Model):

@@ -51,7 +51,8 @@ def write_proxy_config(
     """Write the serving certificate and config.yaml for a proxy listening on 127.0.0.1:port,
     in front of `partitions` (default: all) with `caches` (default: the proxy's defaults).
     `kubeconfigs` replaces the proxy's kubeconfig of some partitions (e.g. through toxiproxy);
-    `extra` adds top-level config keys (auth, limits, ...)."""
+    `extra` adds config keys (auth, limits, ...), merged into the sections written here (a
+    `listen` in it adds to the address, port and TLS, not replaces them)."""
     directory.mkdir(parents=True, exist_ok=True)
     crt, key = fed.ca.issue_serving(directory, "proxy-serving", ["127.0.0.1", "localhost"])
     members = [p for p in fed.partitions if partitions is None or p.name in partitions]
@@ -73,7 +74,7 @@ def write_proxy_config(
     }
     if caches is not None:
         config["caches"] = list(caches)
-    config.update(extra or {})
+    _merge(config, extra or {})
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -153,3 +154,12 @@ def stop_process_group(proc: subprocess.Popen[bytes] | None, timeout: float = 10
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    """Merge `extra` into `into`, mappings key by key, everything else replaced."""
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value

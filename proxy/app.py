@@ -4,7 +4,7 @@ task started in one place and given an owner, the listener, and a graceful stop.
     ProxyApp.start(config)  open a PartitionClient per partition, learn the namespaced resources
                             from the system partition's discovery, start the resourceVersion table
                             loop and a reflector per (cache, partition) once the table is loaded
-    app.listen(...)         serve the pipeline on a TCP port (TLS, HTTP/1.1)
+    app.listen(...)         serve the pipeline on a TCP port (TLS; HTTP/2 or HTTP/1.1 by ALPN)
     app.stop(grace)         stop accepting, end every open stream cleanly (clients re-watch on
                             another replica), give other requests `grace` seconds, cancel and
                             await every background task, close the clients
@@ -29,6 +29,8 @@ from proxy.clients.partition import PartitionClient, open_partition
 from proxy.context import ProxyContext
 from proxy.discovery import namespaced_resources
 from proxy.fronts.http1 import Http1Front
+from proxy.fronts.http2 import Http2Front
+from proxy.fronts.listener import Listener
 from proxy.metrics import Metrics
 from proxy.overload import InflightLimiter
 from proxy.pipeline.chain import Pipeline
@@ -96,7 +98,18 @@ class ProxyApp:
         self.pipeline = Pipeline(ctx)
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[asyncio.Server] = []
-        self._http1: Http1Front | None = None
+        self.listener = self._listener()
+
+    def _listener(self) -> Listener:
+        config = self.ctx.config
+        limits, http2 = config.limits, config.listen.http2
+        http1 = Http1Front(self.pipeline, max_line_size=2 * limits.max_url_bytes, max_field_size=2 * limits.max_header_bytes,
+                           write_timeout=limits.watch_write_timeout_seconds)
+        h2 = Http2Front(self.pipeline, max_concurrent_streams=http2.max_concurrent_streams,
+                        max_header_list_size=http2.max_header_list_size, write_timeout=limits.watch_write_timeout_seconds)
+        listener = Listener(http1, h2 if http2.enabled else None)
+        self.ctx.metrics.count_connections(listener.open_connections, listener.accepted)
+        return listener
 
     @classmethod
     async def start(cls, config: ProxyConfig) -> ProxyApp:
@@ -144,13 +157,11 @@ class ProxyApp:
         self.tasks[name] = task
 
     async def listen(self, host: str, port: int, *, ssl_context: ssl.SSLContext | None, reuse_port: bool = False) -> asyncio.Server:
-        """Serve the pipeline on host:port. Raises OSError when the port cannot be bound."""
-        limits = self.ctx.config.limits
-        if self._http1 is None:
-            self._http1 = Http1Front(self.pipeline, max_line_size=2 * limits.max_url_bytes,
-                                     max_field_size=2 * limits.max_header_bytes, write_timeout=limits.watch_write_timeout_seconds)
+        """Serve the pipeline on host:port: HTTP/2 or HTTP/1.1 per connection as ALPN chose (the
+        caller's TLS context offers the protocols: `proxy.fronts.listener.offer_alpn`). Raises
+        OSError when the port cannot be bound."""
         server = await asyncio.get_running_loop().create_server(
-            self._http1.protocol, host, port, ssl=ssl_context, reuse_port=reuse_port, backlog=1024
+            self.listener.protocol, host, port, ssl=ssl_context, reuse_port=reuse_port, backlog=1024
         )
         self._servers.append(server)
         return server
@@ -160,8 +171,7 @@ class ProxyApp:
         for server in self._servers:
             server.close()
         self.ctx.end_streams()
-        if self._http1 is not None:
-            await self._http1.shutdown(grace)
+        await self.listener.shutdown(grace)
         for server in self._servers:
             await server.wait_closed()
         for task in self.tasks.values():

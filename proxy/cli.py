@@ -22,6 +22,7 @@ from pathlib import Path
 from config import ConfigError, load_config
 from config.models import ListenConfig, ProxyConfig
 from proxy.app import ProxyApp, build_caches, build_resource_versions
+from proxy.fronts.listener import offer_alpn
 from proxy.kubeconfig_cmd import (
     DEFAULT_SCHEDULER_NAME,
     ROLES,
@@ -58,6 +59,7 @@ def server_ssl_context(listen: ListenConfig) -> ssl.SSLContext | None:
     if listen.tls.client_ca_file is not None:
         ctx.load_verify_locations(cafile=listen.tls.client_ca_file)
         ctx.verify_mode = ssl.CERT_OPTIONAL
+    offer_alpn(ctx, http2=listen.http2.enabled)
     return ctx
 
 

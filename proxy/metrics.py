@@ -13,13 +13,15 @@ apiserver_request_sli_duration_seconds{verb, group, version, resource, subresour
   component}: kube-apiserver's request SLI histogram, same name, labels and buckets
   (routing.sli), for every resource request that is not long-running, so clusterloader2's API
   responsiveness measurement reads the proxy as it reads kube-apiserver.
+partition_proxy_connections{protocol}, partition_proxy_connections_accepted{protocol}: client
+  connections open now and accepted since start, per protocol ALPN chose (h2, http/1.1).
 partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
 partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,18 @@ class Metrics:
     cache_watchers: Gauge
     cache_relists: Gauge
     cache_resource_version: Gauge
+    connections: Gauge
+    connections_accepted: Gauge
+
+    def count_connections(self, open_now: Callable[[], Mapping[str, int]], accepted: Mapping[str, int]) -> None:
+        """Read the listener's connection counts per protocol at scrape time."""
+
+        def reader(counts: Callable[[], Mapping[str, int]], protocol: str) -> Callable[[], float]:
+            return lambda: float(counts().get(protocol, 0))
+
+        for protocol in ("h2", "http/1.1"):
+            self.connections.labels(protocol).set_function(reader(open_now, protocol))
+            self.connections_accepted.labels(protocol).set_function(reader(lambda: accepted, protocol))
 
     def observe_caches(self, caches: Sequence[Any]) -> None:
         """Copy the watch caches' figures into the gauges (at scrape time)."""
@@ -113,6 +127,18 @@ class Metrics:
                 "partition_proxy_watch_cache_relists",
                 "Relists after 410 Expired, per partition.",
                 ("cache", "partition"),
+                registry=registry,
+            ),
+            connections=Gauge(
+                "partition_proxy_connections",
+                "Client connections open now, per protocol negotiated by ALPN (h2, http/1.1).",
+                ("protocol",),
+                registry=registry,
+            ),
+            connections_accepted=Gauge(
+                "partition_proxy_connections_accepted",
+                "Client connections accepted since start, per protocol (a count that only grows).",
+                ("protocol",),
                 registry=registry,
             ),
             cache_resource_version=Gauge(

@@ -11,6 +11,7 @@ import pytest
 
 from tests import rvscan
 from tests.federation import TEST_CACHES, TEST_CONFIG, Kube, running_federation
+from tests.goclients import rvcheck  # noqa: F401 (a session fixture: the client-go program)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,7 +52,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
     if STATS["cases"]:
         terminalreporter.write_line(
-            f"fuzz: {STATS['cases']} cases against the proxy: {STATS['ok']} answered 2xx/3xx by the proxy, "
+            f"fuzz: {STATS['cases']} cases against the proxy (HTTP/1.1 and HTTP/2): {STATS['ok']} answered 2xx/3xx by the proxy, "
             f"{STATS['proxy_status']} errors as Status from the proxy, {STATS['upstream']} real partition answers; "
-            f"proxy RSS growth {STATS.get('rss_growth_kib', 0)} KiB"
+            f"proxy RSS growth at most {STATS.get('rss_growth_kib', 0)} KiB per run"
         )

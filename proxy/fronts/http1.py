@@ -140,6 +140,10 @@ class Http1Front:
     def protocol(self) -> asyncio.BaseProtocol:
         return self._server()
 
+    @property
+    def open_connections(self) -> int:
+        return len(self._server.connections)
+
     async def shutdown(self, grace: float) -> None:
         """Close idle connections now, give requests in flight `grace` seconds, then close all."""
         self._server.pre_shutdown()

@@ -16,18 +16,16 @@ every RV the client writes back is translated to the owner's native RV in every 
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hack.federation import DEFAULT_BIN_DIR
-from tests.federation import Kube, require_binaries
+from tests.federation import Kube
+from tests.goclients import finish_rvcheck, reap_rvcheck, run_rvcheck, start_rvcheck
 
-RVCHECK = DEFAULT_BIN_DIR / "rvcheck"
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_RUN_SECONDS = 30  # how long each `leases` run renews (the issue's figure)
 LEASE_INTERVAL_SECONDS = 1  # renew period of each lease (the kubelet's is 10 s; 1 s makes 30 rounds)
@@ -38,57 +36,6 @@ POD_RUN_TIMEOUT = 180  # 15 requests, 20 s at most each
 NATIVE_LIMIT = 2**64  # native RVs (etcd revisions) are below it; proxy RVs of merged resources are not
 
 Report = dict[str, Any]
-
-
-@pytest.fixture(scope="session")
-def rvcheck() -> Path:
-    """The rvcheck binary; missing fails under REQUIRE_REAL_PARTITIONS=1, else skips."""
-    require_binaries(RVCHECK.name)
-    return RVCHECK
-
-
-# --- running the program -------------------------------------------------------------------
-
-
-def _start(binary: Path, args: Sequence[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _finish(proc: subprocess.Popen[str], label: str, *, timeout: float) -> Report:
-    """Wait for a run and return its report; a run that could not run fails the test with the
-    report's `fatal` and the end of its stderr."""
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"rvcheck ({label}) did not finish in {timeout} s; stderr:\n{_tail(err)}")
-    try:
-        report: Report = json.loads(out)
-    except ValueError:
-        pytest.fail(f"rvcheck ({label}) exited {proc.returncode} without a JSON report; stderr:\n{_tail(err)}")
-    if proc.returncode != 0:
-        pytest.fail(f"rvcheck ({label}) could not run (exit {proc.returncode}): {report.get('fatal')}\n{_tail(err)}")
-    return report
-
-
-def _run(binary: Path, args: Sequence[str], label: str, *, timeout: float) -> Report:
-    proc = _start(binary, args)
-    try:
-        return _finish(proc, label, timeout=timeout)
-    finally:
-        _reap(proc)
-
-
-def _reap(proc: subprocess.Popen[str]) -> None:
-    """Never leave a run behind (a failed assertion between start and finish)."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-
-def _tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _valid_rv(rv: str) -> bool:
@@ -207,14 +154,14 @@ def _check_lease_renewals(binary: Path, kube: Kube, unique: str, created: dict[s
     timing = ["--duration", f"{LEASE_RUN_SECONDS}s", "--interval", f"{LEASE_INTERVAL_SECONDS}s", "--content-type", content_type]
 
     started = datetime.now(UTC)
-    through = _start(binary, ["leases", "--kubeconfig", str(kube.admin), "--names", ",".join(names), *timing])
-    direct = _start(binary, ["leases", "--kubeconfig", str(kube.direct("rp1")), "--names", ",".join(reference), *timing])
+    through = start_rvcheck(binary, ["leases", "--kubeconfig", str(kube.admin), "--names", ",".join(names), *timing])
+    direct = start_rvcheck(binary, ["leases", "--kubeconfig", str(kube.direct("rp1")), "--names", ",".join(reference), *timing])
     try:
-        proxy_report = _finish(through, "leases through the proxy", timeout=LEASE_RUN_TIMEOUT)
-        direct_report = _finish(direct, "leases straight to rp1", timeout=LEASE_RUN_TIMEOUT)
+        proxy_report = finish_rvcheck(through, "leases through the proxy", timeout=LEASE_RUN_TIMEOUT)
+        direct_report = finish_rvcheck(direct, "leases straight to rp1", timeout=LEASE_RUN_TIMEOUT)
     finally:
-        _reap(through)
-        _reap(direct)
+        reap_rvcheck(through)
+        reap_rvcheck(direct)
 
     renew_times = _renew_times(kube, "rp1") | _renew_times(kube, "rp2")
     both = f"{_lease_summary('through the proxy', proxy_report)}\n{_lease_summary('straight to rp1', direct_report)}"
@@ -265,9 +212,9 @@ def test_client_go_pod_round_trips_through_the_proxy(
     kube.kubectl("create", "namespace", namespace, kubeconfig=kube.direct(partition))
     try:
         common = ["pods", "--namespace", namespace, "--node", node_name, "--content-type", content_type]
-        direct = _run(rvcheck, [*common, "--kubeconfig", str(kube.direct(partition)), "--name", "cg-direct"],
+        direct = run_rvcheck(rvcheck, [*common, "--kubeconfig", str(kube.direct(partition)), "--name", "cg-direct"],
                       f"pods straight to {partition}", timeout=POD_RUN_TIMEOUT)
-        proxy = _run(rvcheck, [*common, "--kubeconfig", str(kube.admin), "--name", "cg-proxy"],
+        proxy = run_rvcheck(rvcheck, [*common, "--kubeconfig", str(kube.admin), "--name", "cg-proxy"],
                      "pods through the proxy", timeout=POD_RUN_TIMEOUT)
     finally:
         kube.kubectl("delete", "namespace", namespace, "--wait=false", kubeconfig=kube.direct(partition), check=False)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"sort"
 	"syscall"
 	"time"
@@ -49,6 +50,18 @@ func benchConfig(kubeconfig, contentType, userAgent string, ownConnection bool) 
 		cfg.Dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
 	return cfg, nil
+}
+
+// writeReadyFile writes the wall clock to path, unless path is empty: a watcher's --ready-file,
+// written once its watches are open so that a caller starts writing only then.
+func writeReadyFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(time.Now().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write --ready-file: %w", err)
+	}
+	return nil
 }
 
 // latencySummary summarizes durations in milliseconds (nearest-rank percentiles, as

@@ -9,6 +9,7 @@
 //	rvcheck watch  --kubeconfig K1[,K2] --path P --run TAG [--expect N] ...              (watch.go)
 //	rvcheck create-pods --kubeconfig K --namespace NS1[,NS2] --count M --rate R --run TAG ... (createpods.go)
 //	rvcheck pod-watch   --kubeconfig K1[,K2] --run TAG [--expect M] ...                   (podwatch.go)
+//	rvcheck h2watch     --kubeconfig K --nodes n1,n2 [--watches N] [--slow-stream] ...    (h2watch.go)
 //
 // leases: a SharedInformer on Leases in kube-node-lease plus one renewer per named Lease that
 // updates spec.renewTime every interval, as the kubelet's node lease controller does
@@ -67,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		report, err = runCreatePodsCommand(args[1:], stderr)
 	case "pod-watch":
 		report, err = runPodWatchCommand(args[1:], stderr)
+	case "h2watch":
+		report, err = runH2WatchCommand(args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return exitRan
@@ -97,7 +100,8 @@ const usage = `usage:
   rvcheck write  --kubeconfig K1[,K2] --namespace NS1[,NS2] --rate R --duration D [--objects N] [--clients C] [--run TAG] [--content-type protobuf|json]
   rvcheck watch  --kubeconfig K1[,K2] --path P --run TAG [--expect N] [--duration D] [--idle D] [--ready-file F] [--content-type protobuf|json]
   rvcheck create-pods --kubeconfig K --namespace NS1[,NS2] --count M --rate R --run TAG [--clients C] [--prefix P] [--log-out F] [--timeout D] [--content-type protobuf|json]
-  rvcheck pod-watch   --kubeconfig K1[,K2] --run TAG [--expect M] [--duration D] [--idle D] [--ready-file F] [--events-out F] [--progress D] [--name N] [--content-type protobuf|json]`
+  rvcheck pod-watch   --kubeconfig K1[,K2] --run TAG [--expect M] [--duration D] [--idle D] [--ready-file F] [--events-out F] [--progress D] [--name N] [--content-type protobuf|json]
+  rvcheck h2watch     --kubeconfig K --nodes n1,n2,... [--pods-per-node=true|false] [--watches N] [--duration D] [--expect-events E] [--slow-stream] [--stream-window BYTES] [--ready-file F] [--content-type protobuf|json]`
 
 // commonFlags are the flags every subcommand takes.
 type commonFlags struct {
@@ -108,6 +112,15 @@ type commonFlags struct {
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the server to talk to (required)")
 	fs.StringVar(&c.contentType, "content-type", contentTypeProtobuf, "request and preferred response encoding: protobuf (as kubelets) or json")
+}
+
+// flagSet returns the FlagSet of subcommand name with the common flags registered; it prints
+// nothing (parseFlags reports its errors).
+func (c *commonFlags) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.register(fs)
+	return fs
 }
 
 func (c *commonFlags) validate() error {

@@ -284,10 +284,8 @@ func runPodWatch(o podWatchOptions, stderr io.Writer) (podWatchReport, error) {
 		}
 		stats.streams[i].SyncSeconds = round3(time.Since(t0).Seconds())
 	}
-	if o.readyFile != "" {
-		if err := os.WriteFile(o.readyFile, []byte(time.Now().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
-			return finishPodWatch(&report, stats, recorders), fmt.Errorf("write --ready-file: %w", err)
-		}
+	if err := writeReadyFile(o.readyFile); err != nil {
+		return finishPodWatch(&report, stats, recorders), err
 	}
 	progress(stderr, "%s: %d informer(s) synced (%s), run %q, expecting %d", o.name, len(o.kubeconfigs), o.contentType, o.run, o.expect)
 	start := time.Now()

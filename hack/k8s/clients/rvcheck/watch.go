@@ -97,6 +97,22 @@ type watchEventCounts struct {
 	Error    int `json:"error"`
 }
 
+// count counts one event of type t.
+func (c *watchEventCounts) count(t watch.EventType) {
+	switch t {
+	case watch.Added:
+		c.Added++
+	case watch.Modified:
+		c.Modified++
+	case watch.Deleted:
+		c.Deleted++
+	case watch.Bookmark:
+		c.Bookmark++
+	case watch.Error:
+		c.Error++
+	}
+}
+
 // streamReport is what one stream (one kubeconfig) saw.
 type streamReport struct {
 	Server       string           `json:"server"`
@@ -204,17 +220,8 @@ func (s *watchStats) record(i int, ev watch.Event, now time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := &s.streams[i]
-	switch ev.Type {
-	case watch.Added:
-		st.Events.Added++
-	case watch.Modified:
-		st.Events.Modified++
-	case watch.Deleted:
-		st.Events.Deleted++
-	case watch.Bookmark:
-		st.Events.Bookmark++
-	case watch.Error:
-		st.Events.Error++
+	st.Events.count(ev.Type)
+	if ev.Type == watch.Error {
 		if len(st.Errors) < maxStreamEndErrors {
 			st.Errors = append(st.Errors, "ERROR event: "+apierrors.FromObject(ev.Object).Error())
 		}
@@ -365,10 +372,8 @@ func runWatch(o watchOptions, stderr io.Writer) (watchReport, error) {
 			return finish(), err
 		}
 	}
-	if o.readyFile != "" {
-		if err := os.WriteFile(o.readyFile, []byte(time.Now().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
-			return finish(), fmt.Errorf("write --ready-file: %w", err)
-		}
+	if err := writeReadyFile(o.readyFile); err != nil {
+		return finish(), err
 	}
 	progress(stderr, "watch: %d stream(s) of %s open (%s), run %q, expecting %d", len(watches), o.path, o.contentType, o.run, o.expect)
 	start := time.Now()

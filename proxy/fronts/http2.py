@@ -1,0 +1,499 @@
+"""The HTTP/2 front: h2 (python-hyper's sans-I/O protocol) over asyncio's TLS transport, feeding
+the same pipeline as the HTTP/1.1 front (`proxy.pipeline.chain.Pipeline`).
+
+Every stream becomes one pipeline `Request` served by a task of its own; its answer goes back as
+HEADERS and DATA frames. What a client-go process expects of kube-apiserver's Go server holds
+here too:
+- **Streams**: SETTINGS_MAX_CONCURRENT_STREAMS is `http2.max_concurrent_streams` (100, as
+  kube-apiserver: `--http2-max-streams-per-connection` unset, `pkg/server/secure_serving.go`);
+  client-go opens a second connection beyond it.
+- **Flow control and backpressure, per stream**: a stream is written only as far as its window
+  (and the connection's) allows; a stream whose window stays shut for `write_timeout` seconds
+  (its reader does not read) is reset with RST_STREAM (CANCEL), never the whole connection.
+  A request body is acknowledged (WINDOW_UPDATE) as the pipeline consumes it.
+- **PING** is answered as soon as its frame is read (h2 queues the ACK; every read flushes):
+  client-go closes a connection whose ping goes unanswered for 15 s (kubernetes#121793).
+- **Shutdown**: `shutdown()` sends GOAWAY, refuses new streams (REFUSED_STREAM: the client
+  retries them elsewhere), lets the open ones end (watches end at once, with END_STREAM), then
+  closes the connection after the grace period.
+- **Abuse**: header lists over `max_header_list_size` and more than 64 CONTINUATION frames per
+  header block are refused by h2 itself (CVE-2024-27316 class), a frame announcing more than
+  SETTINGS_MAX_FRAME_SIZE before its bytes are buffered; a client that resets streams faster
+  than `_RESETS_PER_SECOND` (rapid reset, CVE-2023-44487) or whose unread output (ping or
+  settings floods) passes `_MAX_UNREAD_OUTPUT` gets GOAWAY (ENHANCE_YOUR_CALM) and is
+  disconnected; any protocol error gets GOAWAY with its code. Nothing a client sends makes the
+  proxy buffer without bound or crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
+
+from proxy.messages import Answer, ClientGone, Headers, Request
+from proxy.pipeline.chain import Pipeline
+
+log = logging.getLogger("partition_proxy.http2")
+
+# Headers that mean something only to one HTTP/1.1 connection (RFC 9113 §8.2.2): never sent in
+# HTTP/2, whatever a partition's answer carried.
+_CONNECTION_SPECIFIC = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"})
+# stream resets per second a client may cause on average, and in a burst (a token bucket). A
+# client-go process resets a stream when a request's context is cancelled before its answer: a
+# handful per second. Rapid-reset attackers send thousands.
+_RESETS_PER_SECOND = 100.0
+_RESET_BURST = 200.0
+# bytes of output a client may leave unread (queued in the transport) before it is disconnected:
+# a stalled client, or a flood of PINGs/SETTINGS whose ACKs it never reads. 4 MiB is 4 kubelet
+# watch bursts; flow control keeps DATA for one stream far below it.
+_MAX_UNREAD_OUTPUT = 4 * 1024 * 1024
+# bytes; each stream's receive window (request bodies), as Go's server: 1 MiB (http2 initialWindowSize
+# for a server: `http2.Server.MaxUploadBufferPerStream` default).
+_STREAM_WINDOW = 1024 * 1024
+# bytes of a frame header (RFC 9113 §4.1)
+_FRAME_HEADER = 9
+
+
+class _Body:
+    """A stream's request body as DATA frames arrive; each chunk is acknowledged (WINDOW_UPDATE)
+    when the pipeline takes it, so a client sends no faster than the proxy forwards."""
+
+    __slots__ = ("_chunks", "_ended", "_arrived", "_ack", "expected")
+
+    def __init__(self, ack: Callable[[int], None], expected: bool) -> None:
+        self._chunks: deque[tuple[bytes, int]] = deque()
+        self._ended = not expected
+        self._arrived = asyncio.Event()
+        self._ack = ack
+        self.expected = expected
+
+    def feed(self, data: bytes, flow_controlled: int) -> None:
+        self._chunks.append((data, flow_controlled))
+        self._arrived.set()
+
+    def end(self) -> None:
+        self._ended = True
+        self._arrived.set()
+
+    @property
+    def can_read(self) -> bool:
+        return self.expected
+
+    async def _next(self) -> bytes | None:
+        while not self._chunks:
+            if self._ended:
+                return None
+            self._arrived.clear()
+            await self._arrived.wait()
+        data, flow_controlled = self._chunks.popleft()
+        self._ack(flow_controlled)
+        return data
+
+    async def read(self, limit: int) -> bytes:
+        out = bytearray()
+        while len(out) <= limit:
+            chunk = await self._next()
+            if chunk is None:
+                break
+            out += chunk
+        return bytes(out[: limit + 1])
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._next()) is not None:
+            yield chunk
+
+
+class _Stream:
+    __slots__ = ("id", "body", "task", "window", "writer", "done")
+
+    def __init__(self, stream_id: int, body: _Body) -> None:
+        self.id = stream_id
+        self.body = body
+        self.task: asyncio.Task[None] | None = None
+        self.window = asyncio.Event()  # set when this stream may send more
+        self.writer: _Writer | None = None
+        self.done = False
+
+
+class _Writer:
+    """The pipeline's ResponseWriter for one stream."""
+
+    __slots__ = ("_conn", "_stream", "_head", "status", "started", "_ended")
+
+    def __init__(self, conn: Http2Connection, stream: _Stream, *, head: bool) -> None:
+        self._conn = conn
+        self._stream = stream
+        self._head = head  # a HEAD request: the answer's headers only
+        self.status: int | None = None
+        self.started = False
+        self._ended = False
+
+    async def respond(self, answer: Answer) -> None:
+        headers = CIMultiDict(answer.headers) if answer.headers is not None else CIMultiDict()
+        if answer.content_type is not None and "Content-Type" not in headers:
+            headers["Content-Type"] = answer.content_type
+        headers["Content-Length"] = str(len(answer.body))
+        self.status = answer.status
+        body = b"" if self._head else answer.body
+        self._conn.send_headers(self._stream, answer.status, headers, end=not body)
+        if body:
+            await self._conn.send_data(self._stream, answer.body, end=True)
+        self._ended = True
+
+    async def start(self, status: int, headers: Headers, *, content_type: str | None = None) -> None:
+        sent = CIMultiDict(headers)
+        if content_type is not None and "Content-Type" not in sent:
+            sent["Content-Type"] = content_type
+        self.status, self.started = status, True
+        self._conn.send_headers(self._stream, status, sent, end=False)
+
+    async def write(self, data: bytes) -> None:
+        await self._conn.send_data(self._stream, data, end=False)
+
+    async def end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._conn.end_stream(self._stream)
+
+
+class Http2Connection(asyncio.Protocol):
+    """One client connection speaking HTTP/2 (see the module docstring)."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        max_concurrent_streams: int,
+        max_header_list_size: int,
+        write_timeout: float,
+        on_close: Callable[[Http2Connection], None] | None = None,
+    ) -> None:
+        self._pipeline = pipeline
+        self._write_timeout = write_timeout
+        self._on_close = on_close
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True)
+        self._h2 = h2.connection.H2Connection(config=config)
+        self._h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: max_header_list_size,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _STREAM_WINDOW,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            },
+        )
+        self._h2.decoder.max_header_list_size = max_header_list_size  # before the client ACKs our SETTINGS too
+        self._transport: asyncio.Transport | None = None
+        self._peercert: dict[str, Any] | None = None
+        self._streams: dict[int, _Stream] = {}
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closing = False
+        self._tokens = _RESET_BURST
+        self._tokens_at = time.monotonic()
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._peercert = transport.get_extra_info("peercert")
+        self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(_STREAM_WINDOW)  # the connection's window, as one stream's
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self._h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            code = getattr(exc, "error_code", h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            self._goaway(code, f"protocol error: {exc}")
+            return
+        # h2 checks a frame's length only once the whole frame is buffered: a header announcing
+        # 16 MiB would make it buffer 16 MiB. What is left unparsed is the start of one frame.
+        pending = self._h2.incoming_buffer._data
+        if len(pending) >= _FRAME_HEADER and int.from_bytes(pending[:3], "big") > self._h2.max_inbound_frame_size:
+            self._goaway(h2.errors.ErrorCodes.FRAME_SIZE_ERROR, "a frame longer than SETTINGS_MAX_FRAME_SIZE")
+            return
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                self._request(event)
+            elif isinstance(event, h2.events.DataReceived):
+                self._data(event)
+            elif isinstance(event, h2.events.StreamEnded):
+                if (stream := self._streams.get(event.stream_id)) is not None:
+                    stream.body.end()
+            elif isinstance(event, h2.events.StreamReset):
+                self._reset_by_client(event.stream_id)
+            elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+                self._windows_opened(getattr(event, "stream_id", 0))
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self._close()
+                return
+        self._flush()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._writable.set()
+        for stream in tuple(self._streams.values()):
+            if stream.task is not None:
+                stream.task.cancel()
+            stream.window.set()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    # -- incoming ------------------------------------------------------------------------------
+
+    def _request(self, event: h2.events.RequestReceived) -> None:
+        if self._closing:
+            self._h2.reset_stream(event.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        pseudo: dict[bytes, bytes] = {}
+        headers: CIMultiDict[str] = CIMultiDict()
+        for name, value in event.headers or ():
+            if name.startswith(b":"):
+                pseudo[name] = value
+            else:
+                headers.add(name.decode("latin-1"), value.decode("latin-1"))
+        method = pseudo.get(b":method", b"GET").decode("latin-1")
+        raw_path, _, query_string = pseudo.get(b":path", b"/").decode("latin-1").partition("?")
+        if b":authority" in pseudo and "Host" not in headers:
+            headers["Host"] = pseudo[b":authority"].decode("latin-1")
+        length = headers.get("Content-Length", "")
+        stream_id = event.stream_id
+        ended = event.stream_ended is not None
+        body = _Body(lambda n: self._ack(stream_id, n), expected=not ended)
+        stream = _Stream(stream_id, body)
+        self._streams[stream_id] = stream
+        request = Request(
+            method=method,
+            raw_path=raw_path,
+            query_string=query_string,
+            query=_query(query_string),
+            headers=CIMultiDictProxy(headers),
+            body=body,
+            peercert=self._peercert,
+            content_length=int(length) if length.isdigit() else None,
+            protocol="h2",
+        )
+        stream.writer = _Writer(self, stream, head=method == "HEAD")
+        stream.task = asyncio.get_running_loop().create_task(self._serve(stream, request), name=f"h2-stream:{stream_id}")
+
+    def _data(self, event: h2.events.DataReceived) -> None:
+        stream = self._streams.get(event.stream_id)
+        if stream is None:  # a stream already reset: give its bytes back to the connection window
+            self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            return
+        stream.body.feed(event.data or b"", event.flow_controlled_length)
+
+    def _ack(self, stream_id: int, flow_controlled: int) -> None:
+        if self._closing or flow_controlled <= 0:
+            return
+        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self._h2.acknowledge_received_data(flow_controlled, stream_id)
+        self._flush()
+
+    def _reset_by_client(self, stream_id: int) -> None:
+        stream = self._streams.pop(stream_id, None)
+        if stream is None:
+            return
+        if stream.task is not None and not stream.done:
+            stream.task.cancel()  # the client gave up on it (a watch whose context was cancelled)
+            # Rapid reset is streams reset before their answer began: work started and thrown
+            # away at once. A client closing its open watches (a kubelet stopping) resets streams
+            # that were answered long ago; those cost nothing to refuse and are not counted.
+            answered = stream.writer is not None and stream.writer.status is not None
+            if not answered and not self._spend_reset_token():
+                self._goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "too many streams reset before their answers")
+
+    def _spend_reset_token(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(_RESET_BURST, self._tokens + (now - self._tokens_at) * _RESETS_PER_SECOND)
+        self._tokens_at = now
+        self._tokens -= 1
+        return self._tokens >= 0
+
+    def _windows_opened(self, stream_id: int) -> None:
+        if stream_id:
+            if (stream := self._streams.get(stream_id)) is not None:
+                stream.window.set()
+            return
+        for stream in self._streams.values():
+            stream.window.set()
+
+    # -- serving -------------------------------------------------------------------------------
+
+    async def _serve(self, stream: _Stream, request: Request) -> None:
+        writer = stream.writer
+        assert writer is not None
+        try:
+            await self._pipeline.handle(request, writer)
+            if writer.status is None:
+                await writer.respond(Answer(500, b""))  # nothing was answered: only a bug gets here
+            await writer.end()
+        except (asyncio.CancelledError, ClientGone):
+            pass
+        except Exception:  # a bug: this stream fails, the connection and its other streams go on
+            log.exception("stream %d failed", stream.id)
+            self._reset(stream, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        finally:
+            stream.done = True
+            self._streams.pop(stream.id, None)
+            self._flush()
+
+    # -- outgoing ------------------------------------------------------------------------------
+
+    def send_headers(self, stream: _Stream, status: int, headers: Headers, *, end: bool) -> None:
+        if self._transport is None or self._transport.is_closing():
+            raise ClientGone("connection closed")
+        block = [(b":status", str(status).encode())]
+        for name, value in headers.items():
+            lower = name.lower()
+            if lower in _CONNECTION_SPECIFIC:
+                continue
+            block.append((lower.encode("latin-1"), value.encode("latin-1")))
+        try:
+            self._h2.send_headers(stream.id, block, end_stream=end)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError) as exc:
+            raise ClientGone(f"stream {stream.id}: {exc}") from None
+        self._flush()
+
+    async def send_data(self, stream: _Stream, data: bytes, *, end: bool) -> None:
+        """Send `data` on a stream as its flow-control windows allow. Raises ClientGone when the
+        stream or connection is gone, or the stream's window stays shut past the write timeout
+        (the stream is reset then)."""
+        view = memoryview(data)
+        while True:
+            if self._transport is None or self._transport.is_closing():
+                raise ClientGone("connection closed")
+            try:
+                window = self._h2.local_flow_control_window(stream.id)
+            except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+                raise ClientGone(f"stream {stream.id} closed") from None
+            if window <= 0 and view:
+                stream.window.clear()
+                try:
+                    async with asyncio.timeout(self._write_timeout):
+                        await stream.window.wait()
+                except TimeoutError:
+                    self._reset(stream, h2.errors.ErrorCodes.CANCEL)
+                    raise ClientGone(f"stream {stream.id}: its reader did not read in time") from None
+                continue
+            n = min(window, self._h2.max_outbound_frame_size, len(view))
+            last = n == len(view)
+            try:
+                self._h2.send_data(stream.id, view[:n].tobytes(), end_stream=end and last)
+            except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+                raise ClientGone(f"stream {stream.id} closed") from None
+            view = view[n:]
+            self._flush()
+            if not self._writable.is_set():  # the client does not read its connection at all
+                try:
+                    async with asyncio.timeout(self._write_timeout):
+                        await self._writable.wait()
+                except TimeoutError:
+                    self._goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "client does not read")
+                    raise ClientGone("connection stalled") from None
+            if last:
+                return
+
+    def end_stream(self, stream: _Stream) -> None:
+        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self._h2.end_stream(stream.id)
+        self._flush()
+
+    def _reset(self, stream: _Stream, code: h2.errors.ErrorCodes) -> None:
+        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self._h2.reset_stream(stream.id, code)
+        self._flush()
+
+    def _flush(self) -> None:
+        data = self._h2.data_to_send()
+        if data and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+            if self._transport.get_write_buffer_size() > _MAX_UNREAD_OUTPUT:
+                self._goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "client leaves its output unread")
+
+    # -- closing -------------------------------------------------------------------------------
+
+    def _goaway(self, code: h2.errors.ErrorCodes, why: str) -> None:
+        log.info("HTTP/2 connection closed (%s): %s", code.name, why)
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._h2.close_connection(error_code=code)
+        data = self._h2.data_to_send()
+        if self._transport is not None:
+            if data:
+                self._transport.write(data)
+            self._transport.close()
+        self._close()
+
+    def _close(self) -> None:
+        self._closing = True
+        if self._transport is not None:
+            self._transport.close()
+        for stream in tuple(self._streams.values()):
+            if stream.task is not None:
+                stream.task.cancel()
+
+    async def shutdown(self, grace: float) -> None:
+        """GOAWAY, then wait up to `grace` seconds for the open streams to end, then close."""
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._closing = True
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR, last_stream_id=self._h2.highest_inbound_stream_id)
+        self._flush()
+        tasks = [s.task for s in self._streams.values() if s.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        self._close()
+
+
+def _query(query_string: str) -> MultiDictProxy[str]:
+    """The decoded query parameters, as aiohttp decodes them (first value wins on lookups)."""
+    return MultiDictProxy(MultiDict(parse_qsl(query_string, keep_blank_values=True)))
+
+
+class Http2Front:
+    """Makes a protocol per HTTP/2 connection and knows them all (for shutdown and the metrics)."""
+
+    def __init__(self, pipeline: Pipeline, *, max_concurrent_streams: int, max_header_list_size: int, write_timeout: float) -> None:
+        self._pipeline = pipeline
+        self._max_concurrent_streams = max_concurrent_streams
+        self._max_header_list_size = max_header_list_size
+        self._write_timeout = write_timeout
+        self.connections: set[Http2Connection] = set()
+
+    def protocol(self) -> Http2Connection:
+        conn = Http2Connection(
+            self._pipeline,
+            max_concurrent_streams=self._max_concurrent_streams,
+            max_header_list_size=self._max_header_list_size,
+            write_timeout=self._write_timeout,
+            on_close=self.connections.discard,
+        )
+        self.connections.add(conn)
+        return conn
+
+    async def shutdown(self, grace: float) -> None:
+        await asyncio.gather(*(c.shutdown(grace) for c in tuple(self.connections)))

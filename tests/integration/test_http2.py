@@ -1,0 +1,151 @@
+"""The HTTP/2 front on the real federation: one port serves HTTP/2 (ALPN h2) and HTTP/1.1, and
+the client-facing cases answer the same over both, because both fronts feed one pipeline.
+
+Clients: httpx (HTTP/2 through the h2 library, HTTP/1.1 through h11), curl `--http2`, kubectl
+(Go: HTTP/2 by default) and kubernetes-asyncio (HTTP/1.1, aiohttp)."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from tests.federation import Kube
+
+PROTOCOLS = ("h2", "http/1.1")
+
+
+def http_client(kube: Kube, protocol: str, *, ctx: ssl.SSLContext | None = None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=kube.proxy.server, verify=ctx or kube.client_ssl(), http2=protocol == "h2", http1=protocol != "h2",
+        timeout=httpx.Timeout(30.0),
+    )
+
+
+@pytest.fixture
+async def clients(kube: Kube) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    made = {p: http_client(kube, p) for p in PROTOCOLS}
+    yield made
+    for c in made.values():
+        await c.aclose()
+
+
+def status_of(response: httpx.Response) -> dict[str, Any]:
+    doc = orjson.loads(response.content)
+    assert isinstance(doc, dict) and doc["kind"] == "Status", response.content[:200]
+    return {k: doc[k] for k in ("code", "reason", "status", "message")}
+
+
+async def both(clients: dict[str, httpx.AsyncClient], method: str, url: str, **kwargs: Any) -> dict[str, httpx.Response]:
+    answers = {p: await c.request(method, url, **kwargs) for p, c in clients.items()}
+    for p, r in answers.items():
+        assert r.http_version == ("HTTP/2" if p == "h2" else "HTTP/1.1"), (p, r.http_version)
+    return answers
+
+
+async def test_one_port_negotiates_h2_or_http1_and_counts_connections_per_protocol(kube: Kube, clients: dict[str, httpx.AsyncClient]) -> None:
+    before = {p: kube.metric("partition_proxy_connections_accepted", protocol=p) for p in PROTOCOLS}
+    answers = await both(clients, "GET", "/api/v1/namespaces")
+    assert {r.status_code for r in answers.values()} == {200}
+    names = [sorted(i["metadata"]["name"] for i in r.json()["items"]) for r in answers.values()]
+    assert names[0] == names[1] and "kube-system" in names[0]
+    after = {p: kube.metric("partition_proxy_connections_accepted", protocol=p) for p in PROTOCOLS}
+    assert after["h2"] >= before["h2"] + 1 and after["http/1.1"] >= before["http/1.1"] + 1
+
+
+def test_curl_speaks_http2_to_the_proxy(kube: Kube) -> None:
+    crt, key = kube.fed.ca.issue_client(kube.fed.root / "test-clients", "curl-h2", "admin", ["partition-proxy:admins"])
+    out = subprocess.run(
+        ["curl", "-sS", "--http2", "-v", "--cacert", str(kube.fed.ca_file), "--cert", str(crt), "--key", str(key),
+         f"{kube.proxy.server}/api/v1/namespaces/kube-system"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    assert "ALPN: server accepted h2" in out.stderr and "< HTTP/2 200" in out.stderr, out.stderr[-2000:]
+    assert json.loads(out.stdout)["metadata"]["name"] == "kube-system"
+
+
+def test_kubectl_talks_http2_and_works(kube: Kube, unique: str) -> None:
+    namespace = f"acme-h2{unique}"
+    before = kube.metric("partition_proxy_connections_accepted", protocol="h2")
+    kube.kubectl("create", "namespace", namespace)
+    kube.kubectl("create", "configmap", "c", "-n", namespace, "--from-literal=a=b")
+    assert json.loads(kube.kubectl("get", "configmap", "c", "-n", namespace, "-o", "json"))["data"] == {"a": "b"}
+    # each kubectl run is a new process: a new connection, negotiated h2 (Go's default over TLS)
+    assert kube.metric("partition_proxy_connections_accepted", protocol="h2") >= before + 3
+
+
+async def test_kubernetes_asyncio_over_http1_on_the_same_port(kube: Kube) -> None:
+    configuration = k8s_client.Configuration()
+    await k8s_config.load_kube_config(config_file=str(kube.admin), client_configuration=configuration)
+    async with k8s_client.ApiClient(configuration) as api:
+        namespaces = await k8s_client.CoreV1Api(api).list_namespace()
+    assert "kube-system" in {n.metadata.name for n in namespaces.items}
+
+
+async def test_forwarded_objects_and_status_errors_are_the_same_over_both_protocols(kube: Kube, clients: dict[str, httpx.AsyncClient], unique: str) -> None:
+    namespace = f"nova-h2{unique}"  # a tp2 tenant
+    kube.kubectl("create", "namespace", namespace)
+    kube.kubectl("create", "configmap", "c", "-n", namespace, "--from-literal=a=b")
+    url = f"/api/v1/namespaces/{namespace}/configmaps/c"
+    got = await both(clients, "GET", url)
+    bodies = [r.json() for r in got.values()]
+    assert bodies[0] == bodies[1] and bodies[0]["data"] == {"a": "b"}
+
+    stale = dict(bodies[0], metadata=dict(bodies[0]["metadata"], resourceVersion=str(2**100 + 1)))  # no position of tp2's
+    conflicts = await both(clients, "PUT", url, content=orjson.dumps(stale), headers={"Content-Type": "application/json"})
+    assert [status_of(r)["reason"] for r in conflicts.values()] == ["Conflict", "Conflict"]
+    assert len({json.dumps(status_of(r)) for r in conflicts.values()}) == 1
+
+    cases = [
+        ("GET", f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=abc", 400, "BadRequest"),
+        ("GET", f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=10010000000000000000059200000000000000000589", 410, "Expired"),
+        ("GET", f"/api/v1/namespaces/{namespace}/configmaps/nope", 404, "NotFound"),  # kube-apiserver's own answer
+    ]
+    for method, path, code, reason in cases:
+        answers = await both(clients, method, path)
+        statuses = [status_of(r) for r in answers.values()]
+        assert [s["code"] for s in statuses] == [code, code] and [s["reason"] for s in statuses] == [reason, reason], (path, statuses)
+
+
+async def test_proxy_answers_of_its_own_are_the_same_over_both_protocols(kube: Kube, clients: dict[str, httpx.AsyncClient]) -> None:
+    not_found = await both(clients, "GET", "/partitions/nope/api/v1/pods")
+    assert [(r.status_code, r.content, r.headers["content-type"]) for r in not_found.values()] == [
+        (404, b"404 page not found\n", "text/plain; charset=utf-8")] * 2
+    too_large = await both(clients, "POST", "/api/v1/namespaces/acme-x/configmaps", content=b"x" * (3 * 1024 * 1024 + 1),
+                           headers={"Content-Type": "application/json"})
+    assert [status_of(r)["code"] for r in too_large.values()] == [413, 413]
+    for path in ("/livez", "/readyz", "/metrics"):
+        assert {r.status_code for r in (await both(clients, "GET", path)).values()} == {200}
+    heads = await both(clients, "HEAD", "/livez")
+    assert [(r.status_code, r.content) for r in heads.values()] == [(200, b"")] * 2
+
+    ctx = ssl.create_default_context(cafile=str(kube.fed.ca_file))  # no client certificate
+    for protocol in PROTOCOLS:
+        async with http_client(kube, protocol, ctx=ctx) as anonymous:
+            r = await anonymous.get("/api/v1/namespaces")
+            assert (r.status_code, status_of(r)["reason"]) == (401, "Unauthorized")
+
+
+async def test_cached_lists_union_watches_and_streams_over_both_protocols(kube: Kube, clients: dict[str, httpx.AsyncClient]) -> None:
+    cached = await both(clients, "GET", "/api/v1/nodes?resourceVersion=0")
+    assert [sorted(i["metadata"]["name"] for i in r.json()["items"]) for r in cached.values()][0] == \
+        [sorted(i["metadata"]["name"] for i in r.json()["items"]) for r in cached.values()][1]
+    for protocol, client in clients.items():
+        events = []
+        async with client.stream("GET", "/api/v1/namespaces?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+                                 "&allowWatchBookmarks=true&timeoutSeconds=2") as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if line.strip():
+                    events.append(json.loads(line))
+        assert any(e["type"] == "ADDED" and e["object"]["metadata"]["name"] == "kube-system" for e in events), protocol
+        ends = [e for e in events if e["type"] == "BOOKMARK" and (e["object"]["metadata"].get("annotations") or {}).get("k8s.io/initial-events-end")]
+        assert len(ends) == 1, protocol  # one merged initial-events-end bookmark over both TPs
