@@ -18,6 +18,7 @@ Answers are cached briefly (`auth.authorization_cache_seconds`) per question.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -65,7 +66,9 @@ class Authorizer:
         return Decision(True)
 
     async def _ask(self, identity: Identity, attributes: dict[str, Any], partition: str) -> Decision:
-        key = (partition, identity, orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS))
+        # A digest of the attributes: orjson's output buffer is over-allocated (2 KiB held for a
+        # 200-byte question), and a proxy with thousands of watchers by name keeps one per name.
+        key = (partition, identity, hashlib.blake2b(orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS), digest_size=16).digest())
         cached = self.cache.get(key)
         if cached is not None:
             return cached

@@ -11,7 +11,7 @@ the pipeline, and how the pipeline answers. Nothing here knows which protocol ca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,6 +66,33 @@ class Request:
     def raw_path_qs(self) -> str:
         return f"{self.raw_path}?{self.query_string}" if self.query_string else self.raw_path
 
+    def slimmed(self) -> Request:
+        """The request without its headers, query and body: what a stream that lives on without
+        its task keeps (an idle watch should cost as little as possible)."""
+        return Request(self.method, self.raw_path, "", _NO_QUERY, _NO_HEADERS, NO_BODY, None, self.content_length, self.protocol)
+
+
+class NoBody:
+    """The body of a request that has none."""
+
+    __slots__ = ()
+
+    @property
+    def can_read(self) -> bool:
+        return False
+
+    async def read(self, limit: int) -> bytes:
+        return b""
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        return
+        yield b""
+
+
+NO_BODY = NoBody()
+_NO_QUERY: Mapping[str, str] = {}
+_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+
 
 @dataclass(frozen=True, slots=True)
 class Answer:
@@ -75,6 +102,19 @@ class Answer:
     body: bytes = b""
     headers: Headers | None = None
     content_type: str | None = "application/json"
+
+
+class LineSource(Protocol):
+    """Lines to stream to a client that arrive without being awaited (a cache watcher): the
+    stream's front end registers a sink and gets, synchronously, each line as it comes."""
+
+    @property
+    def terminated(self) -> bool:
+        """Nothing comes after the last line pushed (a 410 ERROR event, or the end marker b"")."""
+
+    def attach(self, sink: Callable[[bytes], None]) -> list[bytes]:
+        """From now on give each line to `sink` (called synchronously, never awaited); returns
+        the lines queued before."""
 
 
 class ResponseWriter(Protocol):
@@ -102,12 +142,36 @@ class ResponseWriter(Protocol):
     async def end(self) -> None:
         """End a streamed answer cleanly (a closed client is not an error here)."""
 
+    def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
+        """Stream `source` on without the request's task, if this front end can (after `start`):
+        its lines are written as they arrive, the stream ends at `deadline` (loop time), when
+        the source terminates, or when the client goes away; then `on_end(outcome)` is called
+        once. False when it cannot: the caller keeps streaming itself."""
+
+
+class Outcome:
+    """How an exchange ended: answered (`DONE`), its client went away first (`GONE`), or an
+    exception no step expected (`FAILED`: the front end answers 500)."""
+
+    DONE = "done"
+    GONE = "gone"
+    FAILED = "failed"
+
+
+Release = Callable[[str], None]  # called once with the exchange's Outcome
+
 
 @dataclass(slots=True)
 class Exchange:
-    """One request going down the chain (`proxy.pipeline.chain`). Steps fill in what they
+    """One request going down the pipeline (`proxy.pipeline.chain`). Steps fill in what they
     learn; `route_kind` and `target` label its metrics and are set as soon as they are known, so
-    a request its client abandons is still counted under its route."""
+    a request its client abandons is still counted under its route.
+
+    What a step holds for the request's lifetime (an in-flight slot, an open-watch count, a cache
+    watcher) is given back by a release registered with `hold`, run by `close` when the exchange
+    ends, in reverse order, exactly once. Normally the pipeline closes the exchange when its
+    task ends; a watch whose front end streams it on without the task (`ResponseWriter.detach`)
+    is closed by that front end when the stream ends."""
 
     request: Request
     writer: ResponseWriter
@@ -118,7 +182,26 @@ class Exchange:
     body: bytes | None = None  # read by a step that needed it (a create routed by its body's name)
     route_kind: str = "reject"
     target: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    detached: bool = False
+    _releases: list[Release] = field(default_factory=list)
 
     async def respond(self, answer: Answer) -> None:
         await self.writer.respond(answer)
+
+    def detach(self) -> None:
+        """A front end took the stream on without the request's task: it closes the exchange
+        when the stream ends. The request's headers, query and body are let go (the releases
+        that remain need none of them)."""
+        self.detached = True
+        self.request = self.request.slimmed()
+        self.body = None
+
+    def hold(self, release: Release) -> None:
+        """Register what to give back when the exchange ends (plain def)."""
+        self._releases.append(release)
+
+    def close(self, outcome: str) -> None:
+        """End the exchange: run every release, last registered first (plain def, once)."""
+        releases, self._releases = self._releases, []
+        for release in reversed(releases):
+            release(outcome)

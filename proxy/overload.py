@@ -11,8 +11,6 @@ concurrency an autoscaler follows (Knative's autoscaler: observed concurrency, 6
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from config.models import FailureConfig
 
@@ -45,10 +43,9 @@ class InflightLimiter:
         self.inflight: Counter[str] = Counter()
         self.by_identity: Counter[str] = Counter()
 
-    @contextmanager
-    def admit(self, klass: str, user: str) -> Iterator[None]:
-        """Hold a slot of `klass` (and of `user`, outside long-running) for the block.
-        Raises Overloaded when either is full."""
+    def acquire(self, klass: str, user: str) -> None:
+        """Take a slot of `klass` (and of `user`, outside long-running) until `release`. Raises
+        Overloaded when either is full (plain def: atomic)."""
         if self.inflight[klass] >= self.limits[klass]:
             raise Overloaded(klass, "class")
         counted = klass != "long-running"
@@ -57,11 +54,11 @@ class InflightLimiter:
         self.inflight[klass] += 1
         if counted:
             self.by_identity[user] += 1
-        try:
-            yield
-        finally:
-            self.inflight[klass] -= 1
-            if counted:
-                self.by_identity[user] -= 1
-                if self.by_identity[user] <= 0:
-                    del self.by_identity[user]
+
+    def release(self, klass: str, user: str) -> None:
+        """Give back what `acquire` took."""
+        self.inflight[klass] -= 1
+        if klass != "long-running":
+            self.by_identity[user] -= 1
+            if self.by_identity[user] <= 0:
+                del self.by_identity[user]

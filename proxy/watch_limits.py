@@ -6,8 +6,6 @@ partitions' watches. Request line, header and body sizes are checked by the pipe
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 
 class TooManyWatches(Exception):
@@ -15,20 +13,20 @@ class TooManyWatches(Exception):
 
 
 class WatchLimiter:
-    """Counts open watches per user name. `hold()` raises TooManyWatches beyond the limit."""
+    """Counts open watches per user name."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open: Counter[str] = Counter()
 
-    @contextmanager
-    def hold(self, user: str) -> Iterator[None]:
+    def acquire(self, user: str) -> None:
+        """Count one more open watch of `user` until `release`. Raises TooManyWatches beyond the
+        limit (plain def: atomic)."""
         if self.open[user] >= self.limit:
             raise TooManyWatches(user)
         self.open[user] += 1
-        try:
-            yield
-        finally:
-            self.open[user] -= 1
-            if self.open[user] <= 0:
-                del self.open[user]
+
+    def release(self, user: str) -> None:
+        self.open[user] -= 1
+        if self.open[user] <= 0:
+            del self.open[user]

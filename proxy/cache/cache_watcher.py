@@ -1,7 +1,9 @@
 """A cache watcher: one client watch served from a watch cache.
 
-Each watcher has a bounded queue of ready-to-write lines, filled with `put_nowait` by the watch
-cache (plain `def`, no waiting). A watcher whose queue is full has fallen behind: it is
+Each watcher has a bounded queue of ready-to-write lines, filled by the watch cache (plain `def`,
+no waiting) and taken whole by the writer (`next_batch`): a plain list and a future that exists
+only while the writer waits, since an idle watch should cost as little as possible (an
+asyncio.Queue is ~1.1 KiB before its first line). A watcher whose queue is full has fallen behind: it is
 terminated with one ERROR event carrying a 410 `Expired` Status, so the client relists (or
 resumes) and never stalls the other watchers (apiserver cacher: cacheWatcher.add terminates a
 blocked watcher after a short timeout; here the budget is the queue).
@@ -14,6 +16,7 @@ its previous state (the one that matched), each at the event's resourceVersion.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from proxy.cache.watch_cache import CachedEvent, event_line
 from routing import rv as rvcodec
@@ -26,6 +29,9 @@ DEFAULT_QUEUE_SIZE = 1000
 
 
 class CacheWatcher:
+    __slots__ = ("label_selector", "field_selector", "name", "namespace", "slot", "bookmarks", "_lines", "_limit", "_waiter",
+                 "_sink", "last_stamp", "terminated")
+
     def __init__(
         self,
         *,
@@ -43,7 +49,10 @@ class CacheWatcher:
         self.namespace = namespace
         self.slot = slot
         self.bookmarks = bookmarks
-        self.queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=queue_size)
+        self._lines: list[bytes] = []
+        self._limit = queue_size
+        self._waiter: asyncio.Future[None] | None = None
+        self._sink: Callable[[bytes], None] | None = None
         self.last_stamp = ""
         self.terminated = False
 
@@ -80,33 +89,65 @@ class CacheWatcher:
         (bookmarks are advisory) rather than terminating the watcher."""
         if self.terminated or not self.bookmarks or rvcodec.compare(stamp, self.last_stamp) <= 0:
             return
-        if not self.queue.full():
-            self.queue.put_nowait(line)
+        if len(self._lines) < self._limit or self._sink is not None:
+            self._push(line)
             self.last_stamp = stamp
 
     def _put(self, line: bytes, stamp: str) -> None:
-        try:
-            self.queue.put_nowait(line)
-        except asyncio.QueueFull:
+        if len(self._lines) >= self._limit and self._sink is None:
             self.terminate("the watcher fell behind: too old resource version")
             return
+        self._push(line)
         if stamp and rvcodec.compare(stamp, self.last_stamp) > 0:
             self.last_stamp = stamp
+
+    def _push(self, line: bytes) -> None:
+        if self._sink is not None:
+            self._sink(line)
+            return
+        self._lines.append(line)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def attach(self, sink: Callable[[bytes], None]) -> list[bytes]:
+        """Push mode: from now on every line goes to `sink` as it comes (synchronously, from the
+        cache's dispatch); the sink bounds what it buffers itself. Returns the lines queued so far."""
+        self._sink = sink
+        return self.take()
+
+    @property
+    def pending(self) -> int:
+        """Lines queued and not yet taken."""
+        return len(self._lines)
+
+    def take(self) -> list[bytes]:
+        """Every queued line, in order (plain def: the queue is empty after it)."""
+        batch, self._lines = self._lines, []
+        return batch
+
+    async def next_batch(self) -> list[bytes]:
+        """Wait until at least one line is queued, then take them all. After a 410 ERROR event or
+        the end marker b"" (`terminated`), nothing more comes."""
+        while not self._lines:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.take()
 
     def terminate(self, message: str) -> None:
         """Drop what is queued and queue one 410 Expired ERROR event; nothing follows it."""
         if self.terminated:
             return
         self.terminated = True
-        while not self.queue.empty():
-            self.queue.get_nowait()
-        self.queue.put_nowait(watch_error_event(expired(message)))
+        self._lines.clear()
+        self._push(watch_error_event(expired(message)))
 
     def finish(self) -> None:
         """End the watch cleanly (shutdown): drop what is queued, queue the end marker b""."""
         if self.terminated:
             return
         self.terminated = True
-        while not self.queue.empty():
-            self.queue.get_nowait()
-        self.queue.put_nowait(b"")
+        self._lines.clear()
+        self._push(b"")

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 
 from multidict import CIMultiDict
 
 from proxy.cache.cache_watcher import CacheWatcher
 from proxy.cache.watch_cache import WatchCache, event_line
-from proxy.messages import Answer, ResponseWriter
+from proxy.messages import Answer, Exchange, ResponseWriter
 from routing.cache_policy import CacheMode, CachePlan
 from routing.query import watch_lifetime
 
@@ -58,15 +57,19 @@ async def serve_list(writer: ResponseWriter, cache: WatchCache, plan: CachePlan,
 
 
 async def serve_watch(
-    writer: ResponseWriter,
-    query: Mapping[str, str],
+    ex: Exchange,
     cache: WatchCache,
     plan: CachePlan,
     slot: int | None,
     *,
-    stream: Callable[[Callable[[], None]], AbstractContextManager[None]],
+    streams: set[Callable[[], None]],
+    shutting_down: bool,
 ) -> None:
-    """`stream(closer)` registers the watch so a shutdown can end it cleanly."""
+    """Register a cache watcher and stream its lines. `streams` holds the closers a shutdown
+    calls to end every open stream cleanly. A front end that can take the stream on without this
+    task (`ResponseWriter.detach`: HTTP/2) gets it once the initial lines are written; the
+    exchange is then closed by that front end when the watch ends."""
+    writer = ex.writer
     watcher = CacheWatcher(
         label_selector=plan.label_selector,
         field_selector=plan.field_selector,
@@ -87,21 +90,23 @@ async def serve_watch(
         for event in cache.events_after(plan.vector):
             watcher.offer(event)
     cache.add_watcher(watcher)
-    try:
-        with stream(watcher.finish):
-            await writer.start(200, _JSON)
-            if initial:
-                await writer.write(b"".join(initial))
-            deadline = asyncio.get_running_loop().time() + watch_lifetime(query)
-            with contextlib.suppress(TimeoutError):  # the watch's lifetime is over: it ends normally
-                async with asyncio.timeout_at(deadline):
-                    while True:
-                        batch = [await watcher.queue.get()]
-                        while not watcher.queue.empty():
-                            batch.append(watcher.queue.get_nowait())
-                        await writer.write(b"".join(batch))
-                        if watcher.terminated and watcher.queue.empty():
-                            break  # after a 410 ERROR event, or the end marker b"" of a shutdown
-            await writer.end()
-    finally:
-        cache.remove_watcher(watcher)
+    ex.hold(lambda _: cache.remove_watcher(watcher))
+    streams.add(watcher.finish)
+    ex.hold(lambda _: streams.discard(watcher.finish))
+    if shutting_down:
+        watcher.finish()
+
+    await writer.start(200, _JSON)
+    if initial:
+        await writer.write(b"".join(initial))
+    deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)
+    if writer.detach(watcher, deadline=deadline, on_end=ex.close):
+        ex.detach()
+        return
+    with contextlib.suppress(TimeoutError):  # the watch's lifetime is over: it ends normally
+        async with asyncio.timeout_at(deadline):
+            while True:
+                await writer.write(b"".join(await watcher.next_batch()))
+                if watcher.terminated and not watcher.pending:
+                    break  # after a 410 ERROR event, or the end marker b"" of a shutdown
+    await writer.end()

@@ -9,13 +9,13 @@ its upstream watches at once instead of at its next event.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.pipeline.chain import Pipeline
-from proxy.messages import Answer, ClientGone, Headers, Request
+from proxy.messages import Answer, ClientGone, Headers, LineSource, Request
 
 
 class _Body:
@@ -89,6 +89,9 @@ class Writer:
             raise ClientGone("client did not read its stream in time") from None
         except ConnectionError as exc:
             raise ClientGone(str(exc)) from None
+
+    def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
+        return False  # aiohttp ends a response when its handler returns: the task streams it
 
     async def end(self) -> None:
         if self.response is None:

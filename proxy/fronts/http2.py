@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -44,7 +45,7 @@ import h2.exceptions
 import h2.settings
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
-from proxy.messages import Answer, ClientGone, Headers, Request
+from proxy.messages import Answer, ClientGone, Headers, LineSource, NoBody, Outcome, Request
 from proxy.pipeline.chain import Pipeline
 
 log = logging.getLogger("partition_proxy.http2")
@@ -64,6 +65,9 @@ _MAX_UNREAD_OUTPUT = 4 * 1024 * 1024
 # bytes; each stream's receive window (request bodies), as Go's server: 1 MiB (http2 initialWindowSize
 # for a server: `http2.Server.MaxUploadBufferPerStream` default).
 _STREAM_WINDOW = 1024 * 1024
+# lines a pushed stream (a watch served from a cache) keeps while its window is shut before it is
+# reset: a cache watcher's queue (proxy.cache.cache_watcher.DEFAULT_QUEUE_SIZE).
+_MAX_PUSHED_LINES = 1000
 # bytes of a frame header (RFC 9113 §4.1)
 _FRAME_HEADER = 9
 
@@ -72,14 +76,13 @@ class _Body:
     """A stream's request body as DATA frames arrive; each chunk is acknowledged (WINDOW_UPDATE)
     when the pipeline takes it, so a client sends no faster than the proxy forwards."""
 
-    __slots__ = ("_chunks", "_ended", "_arrived", "_ack", "expected")
+    __slots__ = ("_chunks", "_ended", "_arrived", "_ack")
 
-    def __init__(self, ack: Callable[[int], None], expected: bool) -> None:
+    def __init__(self, ack: Callable[[int], None]) -> None:
         self._chunks: deque[tuple[bytes, int]] = deque()
-        self._ended = not expected
+        self._ended = False
         self._arrived = asyncio.Event()
         self._ack = ack
-        self.expected = expected
 
     def feed(self, data: bytes, flow_controlled: int) -> None:
         self._chunks.append((data, flow_controlled))
@@ -91,7 +94,7 @@ class _Body:
 
     @property
     def can_read(self) -> bool:
-        return self.expected
+        return True
 
     async def _next(self) -> bytes | None:
         while not self._chunks:
@@ -117,16 +120,47 @@ class _Body:
             yield chunk
 
 
-class _Stream:
-    __slots__ = ("id", "body", "task", "window", "writer", "done")
+class _NoBody(NoBody):
+    """The body of a request whose HEADERS ended the stream (a GET, a watch): shared by all, so
+    a stream without a body costs nothing for one."""
 
-    def __init__(self, stream_id: int, body: _Body) -> None:
+    __slots__ = ()
+
+    def feed(self, data: bytes, flow_controlled: int) -> None:
+        pass  # DATA after END_STREAM: h2 refuses it before it gets here
+
+    def end(self) -> None:
+        pass
+
+
+_NO_BODY = _NoBody()
+
+
+class _Stream:
+    __slots__ = ("id", "body", "task", "_window", "writer", "done", "pushed")
+
+    def __init__(self, stream_id: int, body: _Body | _NoBody) -> None:
         self.id = stream_id
         self.body = body
         self.task: asyncio.Task[None] | None = None
-        self.window = asyncio.Event()  # set when this stream may send more
+        self._window: asyncio.Event | None = None  # made when a write waits for flow control
         self.writer: _Writer | None = None
         self.done = False
+        self.pushed: _Pushed | None = None  # the stream's lines, once taken on from its task
+
+    def window_opened(self) -> None:
+        if self._window is not None:
+            self._window.set()
+        if self.pushed is not None:
+            self.pushed.flush()
+
+    async def window(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds: TimeoutError) until the client opens the window."""
+        if self._window is None:
+            self._window = asyncio.Event()
+        self._window.clear()
+        async with asyncio.timeout(timeout):
+            await self._window.wait()
 
 
 class _Writer:
@@ -169,6 +203,105 @@ class _Writer:
             self._ended = True
             self._conn.end_stream(self._stream)
 
+    def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
+        if self._conn.closing or not self.started:
+            return False
+        self._ended = True  # the stream is the pushed writer's to end now
+        pushed = _Pushed(self._conn, self._stream, source, on_end)
+        self._stream.pushed = pushed
+        pushed.start(deadline)
+        return True
+
+
+class _Pushed:
+    """A stream taken on from its task (a watch served from a cache): each line its source pushes
+    is written at once, as far as the stream's flow-control window allows; what does not fit waits
+    for a WINDOW_UPDATE, at most `_MAX_PUSHED_LINES` lines and the write timeout, after which the
+    stream is reset (CANCEL). It ends at its deadline (the watch's lifetime), when the source
+    terminates (after its last line), or when the client resets it or goes away; then the
+    exchange is closed (`on_end`). No task, no coroutine frame: an idle watch is the h2 stream,
+    the cache watcher and this."""
+
+    __slots__ = ("_conn", "_stream", "_source", "_on_end", "_pending", "_stall", "_expiry", "ended")
+
+    def __init__(self, conn: Http2Connection, stream: _Stream, source: LineSource, on_end: Callable[[str], None]) -> None:
+        self._conn = conn
+        self._stream = stream
+        self._source = source
+        self._on_end = on_end
+        self._pending: list[bytes] = []
+        self._stall: asyncio.TimerHandle | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self.ended = False
+
+    def start(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.call_at(deadline, self.finish)
+        for line in self._source.attach(self.push):
+            self.push(line)
+
+    def push(self, line: bytes) -> None:
+        """The source's sink: called synchronously for each line (b"": the end of the stream)."""
+        if self.ended:
+            return
+        if not line:
+            self.finish()
+            return
+        self._pending.append(line)
+        if len(self._pending) > _MAX_PUSHED_LINES:
+            self._reset("its reader fell behind")
+            return
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what the window allows; end the stream once a terminated source is written out."""
+        if self.ended:
+            return
+        if self._pending:
+            data = b"".join(self._pending)
+            sent = self._conn.send_data_now(self._stream, data)
+            if sent < 0:
+                self.end(Outcome.GONE)
+                return
+            self._pending = [data[sent:]] if sent < len(data) else []
+        if self._pending:
+            if self._stall is None:
+                self._stall = asyncio.get_running_loop().call_later(self._conn.write_timeout, self._reset, "its reader did not read in time")
+            return
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        if self._source.terminated:
+            self.finish()
+
+    def finish(self) -> None:
+        """End the stream cleanly (END_STREAM), or reset it if lines are still waiting for a window."""
+        if self.ended:
+            return
+        if self._pending:
+            self._reset("its reader did not read what was left")
+            return
+        self._conn.end_stream(self._stream)
+        self.end(Outcome.DONE)
+
+    def _reset(self, why: str) -> None:
+        log.debug("stream %d reset: %s", self._stream.id, why)
+        self._conn.reset(self._stream, h2.errors.ErrorCodes.CANCEL)
+        self.end(Outcome.GONE)
+
+    def end(self, outcome: str) -> None:
+        """Stop (the client went away, or the stream was ended or reset above) and close the
+        exchange, once."""
+        if self.ended:
+            return
+        self.ended = True
+        self._pending = []
+        for timer in (self._stall, self._expiry):
+            if timer is not None:
+                timer.cancel()
+        self._conn.forget(self._stream)
+        self._on_end(outcome)
+
 
 class Http2Connection(asyncio.Protocol):
     """One client connection speaking HTTP/2 (see the module docstring)."""
@@ -205,6 +338,8 @@ class Http2Connection(asyncio.Protocol):
         self._closing = False
         self._tokens = _RESET_BURST
         self._tokens_at = time.monotonic()
+        self._flush_scheduled = False
+        self.write_timeout = write_timeout
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -258,7 +393,10 @@ class Http2Connection(asyncio.Protocol):
         for stream in tuple(self._streams.values()):
             if stream.task is not None:
                 stream.task.cancel()
-            stream.window.set()
+            if stream.pushed is not None:
+                stream.pushed.end(Outcome.GONE)
+            else:
+                stream.window_opened()
         if self._on_close is not None:
             self._on_close(self)
 
@@ -282,7 +420,7 @@ class Http2Connection(asyncio.Protocol):
         length = headers.get("Content-Length", "")
         stream_id = event.stream_id
         ended = event.stream_ended is not None
-        body = _Body(lambda n: self._ack(stream_id, n), expected=not ended)
+        body: _Body | _NoBody = _NO_BODY if ended else _Body(functools.partial(self._ack, stream_id))
         stream = _Stream(stream_id, body)
         self._streams[stream_id] = stream
         request = Request(
@@ -317,6 +455,9 @@ class Http2Connection(asyncio.Protocol):
         stream = self._streams.pop(stream_id, None)
         if stream is None:
             return
+        if stream.pushed is not None:
+            stream.pushed.end(Outcome.GONE)  # a watch the client closed
+            return
         if stream.task is not None and not stream.done:
             stream.task.cancel()  # the client gave up on it (a watch whose context was cancelled)
             # Rapid reset is streams reset before their answer began: work started and thrown
@@ -336,10 +477,10 @@ class Http2Connection(asyncio.Protocol):
     def _windows_opened(self, stream_id: int) -> None:
         if stream_id:
             if (stream := self._streams.get(stream_id)) is not None:
-                stream.window.set()
+                stream.window_opened()
             return
         for stream in self._streams.values():
-            stream.window.set()
+            stream.window_opened()
 
     # -- serving -------------------------------------------------------------------------------
 
@@ -348,6 +489,8 @@ class Http2Connection(asyncio.Protocol):
         assert writer is not None
         try:
             await self._pipeline.handle(request, writer)
+            if stream.pushed is not None:
+                return  # the stream lives on without this task
             if writer.status is None:
                 await writer.respond(Answer(500, b""))  # nothing was answered: only a bug gets here
             await writer.end()
@@ -355,10 +498,12 @@ class Http2Connection(asyncio.Protocol):
             pass
         except Exception:  # a bug: this stream fails, the connection and its other streams go on
             log.exception("stream %d failed", stream.id)
-            self._reset(stream, h2.errors.ErrorCodes.INTERNAL_ERROR)
+            self.reset(stream, h2.errors.ErrorCodes.INTERNAL_ERROR)
         finally:
             stream.done = True
-            self._streams.pop(stream.id, None)
+            stream.task = None
+            if stream.pushed is None:
+                self._streams.pop(stream.id, None)
             self._flush()
 
     # -- outgoing ------------------------------------------------------------------------------
@@ -391,12 +536,10 @@ class Http2Connection(asyncio.Protocol):
             except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
                 raise ClientGone(f"stream {stream.id} closed") from None
             if window <= 0 and view:
-                stream.window.clear()
                 try:
-                    async with asyncio.timeout(self._write_timeout):
-                        await stream.window.wait()
+                    await stream.window(self._write_timeout)
                 except TimeoutError:
-                    self._reset(stream, h2.errors.ErrorCodes.CANCEL)
+                    self.reset(stream, h2.errors.ErrorCodes.CANCEL)
                     raise ClientGone(f"stream {stream.id}: its reader did not read in time") from None
                 continue
             n = min(window, self._h2.max_outbound_frame_size, len(view))
@@ -417,12 +560,50 @@ class Http2Connection(asyncio.Protocol):
             if last:
                 return
 
+    def send_data_now(self, stream: _Stream, data: bytes) -> int:
+        """Send as much of `data` as the windows allow, without waiting: the bytes sent, or -1
+        when the stream or connection is gone. The frames go out at the end of this loop
+        iteration, with every other stream's (one write for a fan-out)."""
+        if self._transport is None or self._transport.is_closing():
+            return -1
+        sent = 0
+        try:
+            while sent < len(data):
+                window = self._h2.local_flow_control_window(stream.id)
+                if window <= 0:
+                    break
+                n = min(window, self._h2.max_outbound_frame_size, len(data) - sent)
+                self._h2.send_data(stream.id, data[sent : sent + n])
+                sent += n
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return -1
+        self._flush_soon()
+        return sent
+
+    def _flush_soon(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
+
+    def forget(self, stream: _Stream) -> None:
+        """A pushed stream ended: it is no longer the connection's."""
+        self._streams.pop(stream.id, None)
+        stream.pushed = None
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     def end_stream(self, stream: _Stream) -> None:
         with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             self._h2.end_stream(stream.id)
         self._flush()
 
-    def _reset(self, stream: _Stream, code: h2.errors.ErrorCodes) -> None:
+    def reset(self, stream: _Stream, code: h2.errors.ErrorCodes) -> None:
         with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             self._h2.reset_stream(stream.id, code)
         self._flush()
@@ -454,6 +635,8 @@ class Http2Connection(asyncio.Protocol):
         for stream in tuple(self._streams.values()):
             if stream.task is not None:
                 stream.task.cancel()
+            if stream.pushed is not None:
+                stream.pushed.end(Outcome.GONE)
 
     async def shutdown(self, grace: float) -> None:
         """GOAWAY, then wait up to `grace` seconds for the open streams to end, then close."""

@@ -10,6 +10,7 @@ authentication, as kube-apiserver answers /livez and /readyz.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -17,29 +18,14 @@ from proxy.context import ProxyContext
 from proxy.endpoints import Endpoints
 from proxy.pipeline import steps
 from proxy.pipeline.dispatch import Dispatch
-from proxy.messages import ClientGone, Exchange, Request, ResponseWriter
+from proxy.messages import ClientGone, Exchange, Outcome, Request, ResponseWriter
 from routing.requestinfo import is_long_running, parse_request_info
 
 Handler = Callable[[Exchange], Awaitable[None]]
 
 
 class Step(Protocol):
-    async def __call__(self, ex: Exchange, next: Handler) -> None: ...  # pragma: no cover
-
-
-def compose(chain: Sequence[Step], last: Handler) -> Handler:
-    """One handler running `chain` in order, each step handing on to the next, `last` at the end."""
-    handler = last
-    for step in reversed(chain):
-        handler = _link(step, handler)
-    return handler
-
-
-def _link(step: Step, next: Handler) -> Handler:
-    async def run(ex: Exchange) -> None:
-        await step(ex, next)
-
-    return run
+    async def __call__(self, ex: Exchange) -> bool: ...  # pragma: no cover  (True: it answered)
 
 
 def default_steps(ctx: ProxyContext) -> list[Step]:
@@ -62,16 +48,37 @@ class Pipeline:
     def __init__(self, ctx: ProxyContext, chain: Sequence[Step] | None = None, last: Handler | None = None) -> None:
         self.ctx = ctx
         self.endpoints = Endpoints(ctx)
-        self._handler = compose(default_steps(ctx) if chain is None else chain, last or Dispatch(ctx))
+        self._steps = tuple(default_steps(ctx) if chain is None else chain)
+        self._last = last or Dispatch(ctx)
 
     async def handle(self, request: Request, writer: ResponseWriter) -> None:
-        """Answer one request through `writer`. A client that goes away ends it quietly."""
+        """Answer one request through `writer`. A client that goes away ends it quietly. The
+        exchange is closed (everything its steps hold given back) when this returns, unless a
+        front end took its stream on (`ex.detached`: that front end closes it)."""
         local = self.endpoints.find(request.method, request.raw_path)
-        try:
-            if local is not None:
+        if local is not None:
+            try:
                 await writer.respond(await local(request))
+            except ClientGone:
+                pass
+            return
+        info = parse_request_info(request.method, request.raw_path, request.query)
+        ex = Exchange(request, writer, info, is_long_running(info, request.query))
+        outcome = Outcome.FAILED
+        try:
+            await self.run(ex)
+            outcome = Outcome.DONE
+        except (ClientGone, asyncio.CancelledError) as exc:
+            outcome = Outcome.GONE
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            if not ex.detached:
+                ex.close(outcome)
+
+    async def run(self, ex: Exchange) -> None:
+        """The steps in order until one answers, then the last (dispatch)."""
+        for step in self._steps:
+            if await step(ex):
                 return
-            info = parse_request_info(request.method, request.raw_path, request.query)
-            await self._handler(Exchange(request, writer, info, is_long_running(info, request.query)))
-        except ClientGone:
-            pass
+        await self._last(ex)

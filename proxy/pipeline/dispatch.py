@@ -64,7 +64,7 @@ class Dispatch:
             if found.mode is CacheMode.LIST:
                 await serve_list(ex.writer, cache, found, slot)
             elif found.mode is CacheMode.WATCH:
-                await serve_watch(ex.writer, request.query, cache, found, slot, stream=ctx.stream)
+                await serve_watch(ex, cache, found, slot, streams=ctx.streams, shutting_down=ctx.shutting_down)
             else:
                 answer = serve_get(cache, found, slot)
                 if answer is None:

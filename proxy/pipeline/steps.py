@@ -1,32 +1,32 @@
-"""The steps of the request pipeline, in the order `proxy.pipeline.chain` assembles them (kcp's
-handler chain is the model: each step either answers or passes the exchange on):
+"""The steps of the request pipeline, in the order `proxy.pipeline.chain` runs them (kcp's handler
+chain is the model):
 
     observe -> limits -> authenticate -> overload -> route -> impersonate -> watch_limits -> dispatch
 
-Each step is a small class holding what it needs (given at start-up) and called with the
-exchange and the next step. A step that answers writes through `ex.writer` and returns without
-calling `next`. `dispatch` (cache, forward or union) is in `proxy.pipeline.dispatch`.
+Each step is a small class holding what it needs (given at start-up), called with the exchange;
+it returns True when it answered (the chain stops there) and False to let the next step run.
+Steps run one after the other, not nested: what one holds for the request's lifetime (an
+in-flight slot, an open-watch count, the request's metrics) is registered with `Exchange.hold`
+and given back when the exchange closes, so a watch costs no coroutine frame per step while it
+lives (and can outlive its task: `ResponseWriter.detach`). `dispatch` (cache, forward or union)
+is in `proxy.pipeline.dispatch`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
 
 from config.models import LimitsConfig
 from proxy import answers
 from proxy.authn import Authenticator
 from proxy.authz import Authorizer, impersonate, impersonation_request
-from proxy.watch_limits import TooManyWatches, WatchLimiter
+from proxy.messages import Exchange, Outcome
 from proxy.metrics import Metrics
 from proxy.overload import InflightLimiter, Overloaded, request_class
-from proxy.messages import ClientGone, Exchange
+from proxy.watch_limits import TooManyWatches, WatchLimiter
 from routing.bodies import body_name
 from routing.decide import RouteKind, RoutingState, decide
 from routing.sli import sli_labels
-
-Next = Callable[[Exchange], Awaitable[None]]
 
 
 class Observe:
@@ -37,21 +37,18 @@ class Observe:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    async def __call__(self, ex: Exchange, next: Next) -> None:
+    async def __call__(self, ex: Exchange) -> bool:
         started = time.monotonic()
-        kind = "long-running" if ex.long_running else "other"
-        inflight = self.metrics.inflight.labels(kind)
+        inflight = self.metrics.inflight.labels("long-running" if ex.long_running else "other")
         inflight.inc()
-        code = "500"  # an exception no step expected: the front end answers 500
-        try:
-            await next(ex)
-            code = str(ex.writer.status) if ex.writer.status else "499"
-        except (ClientGone, asyncio.CancelledError):
-            code = "499"  # the client went away before the answer ended (a watch it closed, usually)
-            raise
-        finally:
+
+        def record(outcome: str) -> None:
             elapsed = time.monotonic() - started
             inflight.dec()
+            status = ex.writer.status
+            # 499: the client went away before the answer ended (a watch it closed, usually);
+            # 500: an exception no step expected.
+            code = "500" if outcome == Outcome.FAILED else str(status) if status and outcome == Outcome.DONE else "499"
             info = ex.info
             verb = info.verb or ex.request.method.lower()
             self.metrics.requests.labels(verb, ex.route_kind, ex.target, code).inc()
@@ -61,6 +58,9 @@ class Observe:
                 if labels is not None:
                     self.metrics.sli.labels(*labels.values()).observe(elapsed)
 
+        ex.hold(record)
+        return False
+
 
 class Limits:
     """413/414/431 for requests over the configured sizes, before anything is read."""
@@ -68,16 +68,19 @@ class Limits:
     def __init__(self, limits: LimitsConfig) -> None:
         self.limits = limits
 
-    async def __call__(self, ex: Exchange, next: Next) -> None:
+    async def __call__(self, ex: Exchange) -> bool:
         limits, request = self.limits, ex.request
         if len(request.raw_path_qs) > limits.max_url_bytes:
-            return await ex.respond(answers.status_answer(414, "BadRequest", f"the request URL is longer than {limits.max_url_bytes} bytes"))
+            await ex.respond(answers.status_answer(414, "BadRequest", f"the request URL is longer than {limits.max_url_bytes} bytes"))
+            return True
         for key, value in request.headers.items():
             if len(key) + len(value) > limits.max_header_bytes:
-                return await ex.respond(answers.status_answer(431, "BadRequest", f"a request header is larger than {limits.max_header_bytes} bytes"))
+                await ex.respond(answers.status_answer(431, "BadRequest", f"a request header is larger than {limits.max_header_bytes} bytes"))
+                return True
         if request.content_length is not None and request.content_length > limits.max_body_bytes:
-            return await ex.respond(answers.request_too_large())
-        await next(ex)
+            await ex.respond(answers.request_too_large())
+            return True
+        return False
 
 
 class Authenticate:
@@ -86,11 +89,12 @@ class Authenticate:
     def __init__(self, authn: Authenticator) -> None:
         self.authn = authn
 
-    async def __call__(self, ex: Exchange, next: Next) -> None:
+    async def __call__(self, ex: Exchange) -> bool:
         ex.identity = await self.authn.authenticate(ex.request.peercert, ex.request.headers.get("Authorization", ""))
         if ex.identity is None:
-            return await ex.respond(answers.unauthorized())
-        await next(ex)
+            await ex.respond(answers.unauthorized())
+            return True
+        return False
 
 
 class Overload:
@@ -100,14 +104,17 @@ class Overload:
         self.limiter = limiter
         self.metrics = metrics
 
-    async def __call__(self, ex: Exchange, next: Next) -> None:
+    async def __call__(self, ex: Exchange) -> bool:
         assert ex.identity is not None
+        klass, user = request_class(ex.request.method, ex.long_running), ex.identity.user
         try:
-            with self.limiter.admit(request_class(ex.request.method, ex.long_running), ex.identity.user):
-                await next(ex)
+            self.limiter.acquire(klass, user)
         except Overloaded as exc:
             self.metrics.rejected.labels(exc.request_class, exc.reason).inc()
             await ex.respond(answers.too_many_requests(f"too many requests: {exc}"))
+            return True
+        ex.hold(lambda _: self.limiter.release(klass, user))
+        return False
 
 
 class Route:
@@ -118,20 +125,23 @@ class Route:
         self.routing = routing
         self.max_body_bytes = max_body_bytes
 
-    async def __call__(self, ex: Exchange, next: Next) -> None:
+    async def __call__(self, ex: Exchange) -> bool:
         route = decide(ex.info, self.routing)
         if route.kind is RouteKind.NEEDS_BODY_NAME:
             ex.body = await ex.request.body.read(self.max_body_bytes)
             if len(ex.body) > self.max_body_bytes:
-                return await ex.respond(answers.request_too_large())
+                await ex.respond(answers.request_too_large())
+                return True
             route = decide(ex.info, self.routing, body_name=body_name(ex.body, ex.request.headers.get("Content-Type", "")))
         if route.kind is RouteKind.REJECT:
             if route.plain_text:
-                return await ex.respond(answers.plain_text(route.status_code, route.message))
-            return await ex.respond(answers.status_answer(route.status_code, route.reason, route.message))
+                await ex.respond(answers.plain_text(route.status_code, route.message))
+            else:
+                await ex.respond(answers.status_answer(route.status_code, route.reason, route.message))
+            return True
         ex.route = route
         ex.route_kind = route.kind.value
-        await next(ex)
+        return False
 
 
 class Impersonate:
@@ -141,15 +151,16 @@ class Impersonate:
     def __init__(self, authz: Authorizer) -> None:
         self.authz = authz
 
-    async def __call__(self, ex: Exchange, next: Next) -> None:
+    async def __call__(self, ex: Exchange) -> bool:
         wanted = impersonation_request(ex.request.headers)
         if wanted is not None:
             assert ex.identity is not None and ex.route is not None
             acting, message = await impersonate(self.authz, ex.identity, wanted, ex.route.partitions)
             if acting is None:
-                return await ex.respond(answers.forbidden_message(message))
+                await ex.respond(answers.forbidden_message(message))
+                return True
             ex.identity = acting
-        await next(ex)
+        return False
 
 
 class WatchLimits:
@@ -158,12 +169,15 @@ class WatchLimits:
     def __init__(self, watches: WatchLimiter) -> None:
         self.watches = watches
 
-    async def __call__(self, ex: Exchange, next: Next) -> None:
+    async def __call__(self, ex: Exchange) -> bool:
         if ex.info.verb != "watch":
-            return await next(ex)
+            return False
         assert ex.identity is not None
+        user = ex.identity.user
         try:
-            with self.watches.hold(ex.identity.user):
-                await next(ex)
+            self.watches.acquire(user)
         except TooManyWatches:
             await ex.respond(answers.too_many_requests(f"too many open watches for this user (limit {self.watches.limit})"))
+            return True
+        ex.hold(lambda _: self.watches.release(user))
+        return False

@@ -59,8 +59,8 @@ def watcher(cache: WatchCache, *, label: str = "", field: str = "", name: str = 
 
 def drain(w: CacheWatcher) -> list[dict[str, Any]]:
     out = []
-    while not w.queue.empty():
-        out.append(orjson.loads(w.queue.get_nowait()))
+    for line in w.take():
+        out.append(orjson.loads(line))
     return out
 
 
@@ -96,7 +96,7 @@ def test_one_event_is_encoded_once_and_the_same_bytes_reach_every_watcher() -> N
     cache = make_cache()
     watchers = [watcher(cache) for _ in range(3)] + [watcher(cache, name="a")]
     cache.apply("rp1", "MODIFIED", node("a", 30, {"x": "1"}))
-    lines = [w.queue.get_nowait() for w in watchers]
+    lines = [w.take()[0] for w in watchers]
     assert all(line is lines[0] for line in lines)
     event = orjson.loads(lines[0])
     assert event["type"] == "MODIFIED"
@@ -245,3 +245,17 @@ def test_a_position_no_epoch_fits_ends_every_watcher_with_410_and_empties_the_ri
     assert error["type"] == "ERROR" and error["object"]["code"] == 410 and error["object"]["reason"] == "Expired"
     assert cache.ring_size == 0 and cache.rv == ""
     assert orjson.loads(cache.objects[(0, "", "a")].raw)["metadata"]["resourceVersion"] == rvcodec.object_rv("rp1", 300)
+
+
+def test_an_attached_watcher_pushes_each_line_to_its_sink_as_the_cache_dispatches_it() -> None:
+    cache = make_cache()
+    w = watcher(cache, queue=2)
+    cache.apply("rp1", "MODIFIED", node("a", 13))
+    pushed: list[bytes] = []
+    queued = w.attach(pushed.append)
+    assert [orjson.loads(line)["object"]["metadata"]["name"] for line in queued] == ["a"] and w.pending == 0
+    for rv in range(14, 20):  # more than the queue holds: a sink bounds what it buffers itself
+        cache.apply("rp1", "MODIFIED", node("a", rv))
+    assert len(pushed) == 6 and not w.terminated
+    w.finish()
+    assert pushed[-1] == b"" and w.terminated

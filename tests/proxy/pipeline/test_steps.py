@@ -19,10 +19,10 @@ from proxy.authn import Authenticator
 from proxy.authz import Decision
 from proxy.identity import Identity
 from proxy.metrics import Metrics
-from proxy.messages import Answer, ClientGone, Exchange, Headers, Request
+from proxy.messages import Answer, Exchange, Headers, Outcome, Request
 from proxy.overload import InflightLimiter
 from proxy.pipeline import steps
-from proxy.pipeline.chain import compose
+from proxy.pipeline.chain import Pipeline
 from proxy.watch_limits import WatchLimiter
 from routing.decide import RouteKind, RoutingState
 from routing.placement import Placement
@@ -77,6 +77,9 @@ class Writer:
     async def end(self) -> None:
         pass
 
+    def detach(self, source: Any, *, deadline: float, on_end: Any) -> bool:
+        return False
+
     @property
     def only(self) -> dict[str, Any]:
         [answer] = self.answers
@@ -97,18 +100,9 @@ def exchange(method: str = "GET", path: str = "/api/v1/namespaces/alpha-web/pods
     return Exchange(request, Writer(), info, is_long_running(info, query), identity=identity)
 
 
-class Next:
-    def __init__(self, answer: Answer | None = None, wait: asyncio.Event | None = None) -> None:
-        self.seen: list[Exchange] = []
-        self.answer = answer
-        self.wait = wait
-
-    async def __call__(self, ex: Exchange) -> None:
-        self.seen.append(ex)
-        if self.wait is not None:
-            await self.wait.wait()
-        if self.answer is not None:
-            await ex.respond(self.answer)
+async def passes(step: Any, ex: Exchange) -> bool:
+    """Run one step: True when it let the exchange go on (it did not answer)."""
+    return not await step(ex)
 
 
 def writer(ex: Exchange) -> Writer:
@@ -129,15 +123,14 @@ def writer(ex: Exchange) -> Writer:
 )
 async def test_limits_answer_requests_over_the_configured_sizes_before_reading_them(kwargs: dict[str, Any], code: int) -> None:
     step = steps.Limits(LimitsConfig(max_url_bytes=256, max_header_bytes=1024, max_body_bytes=1000))
-    ex, nxt = exchange(**kwargs), Next()
-    await step(ex, nxt)
-    assert writer(ex).only["_status"] == code and writer(ex).only["kind"] == "Status" and not nxt.seen
+    ex = exchange(**kwargs)
+    assert not await passes(step, ex)
+    assert writer(ex).only["_status"] == code and writer(ex).only["kind"] == "Status"
 
 
 async def test_limits_pass_a_request_within_them() -> None:
-    ex, nxt = exchange(), Next()
-    await steps.Limits(LimitsConfig())(ex, nxt)
-    assert nxt.seen == [ex] and not writer(ex).answers
+    ex = exchange()
+    assert await passes(steps.Limits(LimitsConfig()), ex) and not writer(ex).answers
 
 
 # --- authenticate -------------------------------------------------------------------------------
@@ -145,21 +138,21 @@ async def test_limits_pass_a_request_within_them() -> None:
 
 async def test_authenticate_finds_a_static_token_and_drops_system_masters() -> None:
     auth = AuthConfig(static_tokens=[{"token": "sekrit-token", "user": "bob", "groups": ["system:masters", "ops"]}])
-    ex, nxt = exchange(headers={"Authorization": "Bearer sekrit-token"}, identity=None), Next()
-    await steps.Authenticate(Authenticator(auth, None))(ex, nxt)
-    assert nxt.seen == [ex] and ex.identity == Identity("bob", ("ops",))
+    ex = exchange(headers={"Authorization": "Bearer sekrit-token"}, identity=None)
+    assert await passes(steps.Authenticate(Authenticator(auth, None)), ex)
+    assert ex.identity == Identity("bob", ("ops",))
 
 
 async def test_authenticate_answers_401_to_nobody() -> None:
-    ex, nxt = exchange(headers={"Authorization": "Bearer wrong-token"}, identity=None), Next()
-    await steps.Authenticate(Authenticator(AuthConfig(), None))(ex, nxt)
-    assert writer(ex).only["_status"] == 401 and writer(ex).only["reason"] == "Unauthorized" and not nxt.seen
+    ex = exchange(headers={"Authorization": "Bearer wrong-token"}, identity=None)
+    assert not await passes(steps.Authenticate(Authenticator(AuthConfig(), None)), ex)
+    assert writer(ex).only["_status"] == 401 and writer(ex).only["reason"] == "Unauthorized"
 
 
 async def test_authenticate_reads_the_verified_client_certificate() -> None:
-    ex, nxt = exchange(identity=None), Next()
+    ex = exchange(identity=None)
     ex.request.peercert = {"subject": ((("commonName", "system:node:rp1-n1"),), (("organizationName", "system:nodes"),))}
-    await steps.Authenticate(Authenticator(AuthConfig(), None))(ex, nxt)
+    assert await passes(steps.Authenticate(Authenticator(AuthConfig(), None)), ex)
     assert ex.identity == Identity("system:node:rp1-n1", ("system:nodes",))
 
 
@@ -170,48 +163,41 @@ async def test_overload_admits_up_to_the_class_limit_then_answers_429_with_retry
     limiter = InflightLimiter(FailureConfig(max_inflight_readonly=1))
     metrics = Metrics.create()
     step = steps.Overload(limiter, metrics)
-    release = asyncio.Event()
-    first, held = exchange(), Next(wait=release)
-    running = asyncio.create_task(step(first, held))
-    await asyncio.sleep(0)
-    second, nxt = exchange(), Next()
-    await step(second, nxt)
-    release.set()
-    await running
+    first = exchange()
+    assert await passes(step, first)  # holds its slot until it closes
+    second = exchange()
+    assert not await passes(step, second)
     assert writer(second).only["_status"] == 429 and writer(second).only["_headers"]["Retry-After"] == "1"
-    assert not nxt.seen and held.seen == [first]
     assert metrics.rejected.labels("read-only", "class")._value.get() == 1
-    third, nxt = exchange(), Next()
-    await step(third, nxt)  # the slot was given back
-    assert nxt.seen == [third]
+    first.close(Outcome.DONE)  # the slot is given back
+    assert await passes(step, exchange())
 
 
 # --- route --------------------------------------------------------------------------------------
 
 
 async def test_route_decides_and_labels_the_exchange() -> None:
-    ex, nxt = exchange(path="/api/v1/namespaces/nova-web/pods/p"), Next()
-    await steps.Route(ROUTING, 1000)(ex, nxt)
+    ex = exchange(path="/api/v1/namespaces/nova-web/pods/p")
+    assert await passes(steps.Route(ROUTING, 1000), ex)
     assert ex.route is not None and ex.route.kind is RouteKind.FORWARD and ex.route.partitions == ("tp2",)
-    assert ex.route_kind == "forward" and nxt.seen == [ex]
+    assert ex.route_kind == "forward"
 
 
 async def test_route_reads_a_create_body_for_its_name() -> None:
-    ex, nxt = exchange("POST", "/api/v1/namespaces", body=b'{"metadata":{"name":"nova-web"}}',
-                       headers={"Content-Type": "application/json"}), Next()
-    await steps.Route(ROUTING, 1000)(ex, nxt)
+    ex = exchange("POST", "/api/v1/namespaces", body=b'{"metadata":{"name":"nova-web"}}', headers={"Content-Type": "application/json"})
+    assert await passes(steps.Route(ROUTING, 1000), ex)
     assert ex.route is not None and ex.route.partitions == ("tp2",) and ex.body == b'{"metadata":{"name":"nova-web"}}'
 
 
 async def test_route_refuses_a_create_body_over_the_limit() -> None:
-    ex, nxt = exchange("POST", "/api/v1/namespaces", body=b"x" * 100), Next()
-    await steps.Route(ROUTING, 10)(ex, nxt)
-    assert writer(ex).only["_status"] == 413 and not nxt.seen
+    ex = exchange("POST", "/api/v1/namespaces", body=b"x" * 100)
+    assert not await passes(steps.Route(ROUTING, 10), ex)
+    assert writer(ex).only["_status"] == 413
 
 
 async def test_route_answers_an_unknown_partition_prefix_as_kube_apiserver_answers_an_unknown_path() -> None:
-    ex, nxt = exchange(path="/partitions/nope/api/v1/pods"), Next()
-    await steps.Route(ROUTING, 1000)(ex, nxt)
+    ex = exchange(path="/partitions/nope/api/v1/pods")
+    assert not await passes(steps.Route(ROUTING, 1000), ex)
     [answer] = writer(ex).answers
     assert (answer.status, answer.body, answer.content_type) == (404, b"404 page not found\n", "text/plain; charset=utf-8")
 
@@ -230,32 +216,32 @@ class Authz:
 
 
 async def routed(ex: Exchange) -> Exchange:
-    await steps.Route(ROUTING, 1000)(ex, Next())
+    assert await passes(steps.Route(ROUTING, 1000), ex)
     return ex
 
 
 async def test_impersonate_acts_as_the_requested_identity_once_the_owning_partitions_allow_it() -> None:
     authz = Authz(True)
-    ex, nxt = await routed(exchange(headers={"Impersonate-User": "carol", "Impersonate-Group": "qa"})), Next()
-    await steps.Impersonate(authz)(ex, nxt)  # type: ignore[arg-type]
-    assert ex.identity == Identity("carol", ("qa", "system:authenticated")) and nxt.seen == [ex]
+    ex = await routed(exchange(headers={"Impersonate-User": "carol", "Impersonate-Group": "qa"}))
+    assert await passes(steps.Impersonate(authz), ex)  # type: ignore[arg-type]
+    assert ex.identity == Identity("carol", ("qa", "system:authenticated"))
     assert {a["resource"] for _, a, _ in authz.asked} == {"users", "groups"} and {p for _, _, p in authz.asked} == {("tp1",)}
 
 
 async def test_impersonate_answers_403_on_any_denial_and_never_grants_system_masters() -> None:
-    ex, nxt = await routed(exchange(headers={"Impersonate-User": "carol"})), Next()
-    await steps.Impersonate(Authz(False))(ex, nxt)  # type: ignore[arg-type]
-    assert writer(ex).only["_status"] == 403 and not nxt.seen
-    ex, nxt = await routed(exchange(headers={"Impersonate-User": "carol", "Impersonate-Group": "system:masters"})), Next()
-    await steps.Impersonate(Authz(True))(ex, nxt)  # type: ignore[arg-type]
-    assert writer(ex).only["_status"] == 403 and not nxt.seen
+    ex = await routed(exchange(headers={"Impersonate-User": "carol"}))
+    assert not await passes(steps.Impersonate(Authz(False)), ex)  # type: ignore[arg-type]
+    assert writer(ex).only["_status"] == 403
+    ex = await routed(exchange(headers={"Impersonate-User": "carol", "Impersonate-Group": "system:masters"}))
+    assert not await passes(steps.Impersonate(Authz(True)), ex)  # type: ignore[arg-type]
+    assert writer(ex).only["_status"] == 403
 
 
 async def test_impersonate_leaves_a_request_without_impersonation_headers_alone() -> None:
     authz = Authz(False)
-    ex, nxt = await routed(exchange()), Next()
-    await steps.Impersonate(authz)(ex, nxt)  # type: ignore[arg-type]
-    assert nxt.seen == [ex] and ex.identity == ALICE and not authz.asked
+    ex = await routed(exchange())
+    assert await passes(steps.Impersonate(authz), ex)  # type: ignore[arg-type]
+    assert ex.identity == ALICE and not authz.asked
 
 
 # --- watch limits -------------------------------------------------------------------------------
@@ -264,22 +250,15 @@ async def test_impersonate_leaves_a_request_without_impersonation_headers_alone(
 async def test_watch_limits_count_open_watches_per_identity() -> None:
     limiter = WatchLimiter(1)
     step = steps.WatchLimits(limiter)
-    release = asyncio.Event()
-    first, held = exchange(query={"watch": "1"}), Next(wait=release)
-    running = asyncio.create_task(step(first, held))
-    await asyncio.sleep(0)
-    second, nxt = exchange(query={"watch": "1"}), Next()
-    await step(second, nxt)
+    first = exchange(query={"watch": "1"})
+    assert await passes(step, first)
+    second = exchange(query={"watch": "1"})
+    assert not await passes(step, second)
     assert writer(second).only["_status"] == 429 and "limit 1" in writer(second).only["message"]
-    other, nxt = exchange(query={"watch": "1"}, identity=Identity("bob", ())), Next()
-    await step(other, nxt)
-    assert nxt.seen == [other]  # another identity has its own count
-    lists, nxt = exchange(), Next()
-    await step(lists, nxt)
-    assert nxt.seen == [lists]  # lists are not watches
-    release.set()
-    await running
-    assert not limiter.open
+    assert await passes(step, exchange(query={"watch": "1"}, identity=Identity("bob", ())))  # its own count
+    assert await passes(step, exchange())  # lists are not watches
+    first.close(Outcome.GONE)
+    assert limiter.open == {"bob": 1}
 
 
 # --- observe ------------------------------------------------------------------------------------
@@ -288,40 +267,58 @@ async def test_watch_limits_count_open_watches_per_identity() -> None:
 async def test_observe_counts_the_answer_under_its_route_and_feeds_the_sli_histogram() -> None:
     metrics = Metrics.create()
     ex = await routed(exchange(path="/api/v1/namespaces/alpha-web/pods/p"))
-    await steps.Observe(metrics)(ex, Next(Answer(200, b"{}")))
+    assert await passes(steps.Observe(metrics), ex)
+    await ex.respond(Answer(200, b"{}"))
+    ex.close(Outcome.DONE)
     assert metrics.requests.labels("get", "forward", "", "200")._value.get() == 1
     sli = metrics.registry.get_sample_value("apiserver_request_sli_duration_seconds_count", {
         "verb": "GET", "group": "", "version": "v1", "resource": "pods", "subresource": "", "scope": "resource", "component": "apiserver"})
     assert sli == 1
 
 
-async def test_observe_counts_a_client_that_went_away_as_499_of_its_route() -> None:
+@pytest.mark.parametrize(("outcome", "code"), [(Outcome.GONE, "499"), (Outcome.FAILED, "500")])
+async def test_observe_counts_a_client_that_went_away_as_499_and_a_failure_as_500(outcome: str, code: str) -> None:
     metrics = Metrics.create()
     ex = await routed(exchange(query={"watch": "1"}))
+    assert await passes(steps.Observe(metrics), ex)
     ex.target = "tp1"
-
-    async def gone(ex: Exchange) -> None:
-        raise ClientGone()
-
-    with pytest.raises(ClientGone):
-        await steps.Observe(metrics)(ex, gone)
-    assert metrics.requests.labels("watch", "forward", "tp1", "499")._value.get() == 1
+    await ex.writer.start(200, CIMultiDict())  # the watch had begun
+    assert metrics.inflight.labels("long-running")._value.get() == 1
+    ex.close(outcome)
+    assert metrics.requests.labels("watch", "forward", "tp1", code)._value.get() == 1
     assert metrics.inflight.labels("long-running")._value.get() == 0
 
 
-async def test_compose_runs_the_steps_in_order_and_a_step_that_answers_stops_the_chain() -> None:
+async def test_an_exchange_gives_back_what_its_steps_hold_once_in_reverse_order() -> None:
+    order: list[str] = []
+    ex = exchange()
+    ex.hold(lambda outcome: order.append(f"first {outcome}"))
+    ex.hold(lambda outcome: order.append(f"second {outcome}"))
+    ex.close(Outcome.DONE)
+    ex.close(Outcome.GONE)
+    assert order == ["second done", "first done"]
+
+
+async def test_the_pipeline_runs_the_steps_in_order_until_one_answers() -> None:
     order: list[str] = []
 
     def step(name: str, answer: bool = False) -> Any:
-        async def run(ex: Exchange, next: Any) -> None:
+        async def run(ex: Exchange) -> bool:
             order.append(name)
             if answer:
-                return await ex.respond(Answer(418))
-            await next(ex)
+                await ex.respond(Answer(418))
+            return answer
 
         return run
 
-    last = Next()
-    handler = compose([step("a"), step("b", answer=True), step("c")], last)
-    await handler(exchange())
-    assert order == ["a", "b"] and not last.seen
+    async def last(ex: Exchange) -> None:
+        order.append("last")
+
+    pipeline = Pipeline.__new__(Pipeline)
+    pipeline._steps, pipeline._last = (step("a"), step("b", answer=True), step("c")), last
+    await pipeline.run(exchange())
+    assert order == ["a", "b"]
+    order.clear()
+    pipeline._steps = (step("a"), step("c"))
+    await pipeline.run(exchange())
+    assert order == ["a", "c", "last"]

@@ -5,7 +5,8 @@ package main
 // stalled stream not delaying the others.
 //
 //	rvcheck h2watch --kubeconfig K --nodes n1,n2,... [--pods-per-node=true] [--watches N]
-//	                [--duration 60s] [--expect-events E] [--slow-stream] [--stream-window 65536]
+//	                [--per-connection 100] [--consistent-list] [--duration 60s]
+//	                [--expect-events E] [--slow-stream] [--stream-window 65536]
 //	                [--ready-file F] [--content-type protobuf|json]
 //
 // The process builds ONE rest.Config and ONE *http.Client (rest.HTTPClientFor) and hands that
@@ -20,16 +21,23 @@ package main
 // (fieldSelector=metadata.name=<n>) and, with --pods-per-node (the default), a watch of the pods
 // bound to it in every namespace (fieldSelector=spec.nodeName=<n>); --watches N (default: one
 // round, 1 or 2 per node) goes round the names again as often as it takes. Each first LISTs
-// with its selector and watches from that resourceVersion with allowWatchBookmarks, through the
-// typed clientset (CoreV1().Nodes().Watch, CoreV1().Pods("").Watch), so client-go's decoder
-// reads every stream. Watch 0 opens alone, then the others h2watchOpenParallel at a time: Go's
-// transport starts one dial per request that finds no connection with a free stream, and closes
-// the surplus once they turn out to be HTTP/2 (20 watches opened at once on a fresh client dial
-// 20 connections and keep 1). The same happens when the server's
-// SETTINGS_MAX_CONCURRENT_STREAMS is below the number of watches: the transport opens as many
-// connections as the streams need (x/net/http2 without StrictMaxConcurrentStreams) after
-// dialing one per request that waited; tcp_connections_dialed counts every dial,
-// tcp_connections_closed the surplus closed while the scenario ran.
+// with its selector as client-go's reflector does first, resourceVersion=0 (served from the
+// watch cache; --consistent-list: resourceVersion unset, a consistent read), and watches from
+// the list's resourceVersion with allowWatchBookmarks, through the typed clientset
+// (CoreV1().Nodes().Watch, CoreV1().Pods("").Watch), so client-go's decoder reads every stream.
+//
+// Go's transport starts one dial per request that finds no connection with a free stream
+// (x/net/http2 without StrictMaxConcurrentStreams), and closes the surplus once they turn out
+// to be HTTP/2: 4,000 watches opened 32 at a time against 100 streams per connection dialed 355
+// connections. So the watches open in batches of --per-connection (which should be the server's
+// SETTINGS_MAX_CONCURRENT_STREAMS: 100 for kube-apiserver and partition-proxy by default): the
+// batch's first watch alone (its LIST finds every connection full and dials the next one), then
+// its other watches h2watchOpenParallel at a time. Each opening goroutine holds one stream at a
+// time (client-go closes the LIST's body, which waits until x/net/http2 has forgotten its
+// stream, before it sends the watch), so a batch never needs more than --per-connection streams
+// and W watches dial ceil(W / --per-connection) connections (one more for --slow-stream when
+// the last is full). tcp_connections_dialed counts every dial, tcp_connections_closed the
+// connections closed while the scenario ran (a surplus dial, a lost connection).
 //
 // An event's delivery lag is its receive time minus the wall clock (Unix ns) that whoever
 // modified the object stamped in its annotation h2watch.partition-proxy.io/sent-ns (same
@@ -75,8 +83,9 @@ import (
 const (
 	// annotationH2SentNs is the wall clock (Unix ns) of the modification that carries it.
 	annotationH2SentNs = "h2watch.partition-proxy.io/sent-ns"
-	// h2watchOpenParallel bounds the watches being opened at once (LIST + watch answer each).
-	h2watchOpenParallel = 32
+	// h2watchOpenParallel bounds the watches of a batch being opened at once (LIST + watch
+	// answer each).
+	h2watchOpenParallel = 64
 	// h2watchSlowDrain bounds the final read of the slow stream.
 	h2watchSlowDrain = 2 * time.Second
 	// h2watchMaxListed caps the watches that ended early listed in the report.
@@ -89,14 +98,16 @@ const (
 // h2watchOptions are the flags of h2watch.
 type h2watchOptions struct {
 	commonFlags
-	nodes        []string
-	podsPerNode  bool
-	watches      int
-	duration     time.Duration
-	expectEvents int
-	slowStream   bool
-	streamWindow int
-	readyFile    string
+	nodes          []string
+	podsPerNode    bool
+	watches        int
+	perConnection  int
+	consistentList bool
+	duration       time.Duration
+	expectEvents   int
+	slowStream     bool
+	streamWindow   int
+	readyFile      string
 }
 
 // runH2WatchCommand is the h2watch subcommand.
@@ -116,6 +127,8 @@ func parseH2WatchFlags(args []string) (h2watchOptions, error) {
 	fs.StringVar(&nodes, "nodes", "", "comma-separated node names to watch (required)")
 	fs.BoolVar(&o.podsPerNode, "pods-per-node", true, "watch each node's pods (spec.nodeName) besides the Node itself")
 	fs.IntVar(&o.watches, "watches", 0, "watches to open, going round the node names (0: one round)")
+	fs.IntVar(&o.perConnection, "per-connection", 100, "watches opened per batch: the server's SETTINGS_MAX_CONCURRENT_STREAMS, so that each batch fills one connection")
+	fs.BoolVar(&o.consistentList, "consistent-list", false, "LIST with resourceVersion unset (a consistent read) instead of resourceVersion=0 as client-go's reflector")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "stop after this long (from the moment every watch is open)")
 	fs.IntVar(&o.expectEvents, "expect-events", 0, "stop once every watch saw this many events other than bookmarks (0: no count limit)")
 	fs.BoolVar(&o.slowStream, "slow-stream", false, "hold one more node watch whose body is never read")
@@ -138,12 +151,21 @@ func parseH2WatchFlags(args []string) (h2watchOptions, error) {
 	switch {
 	case len(o.nodes) == 0:
 		return o, fmt.Errorf("%w: h2watch: --nodes is required", errUsage)
-	case o.watches < 1 || o.duration <= 0 || o.expectEvents < 0:
-		return o, fmt.Errorf("%w: h2watch: --watches and --duration must be positive, --expect-events not negative", errUsage)
+	case o.watches < 1 || o.perConnection < 1 || o.duration <= 0 || o.expectEvents < 0:
+		return o, fmt.Errorf("%w: h2watch: --watches, --per-connection and --duration must be positive, --expect-events not negative", errUsage)
 	case o.streamWindow < 1 || o.streamWindow > 1<<31-1:
 		return o, fmt.Errorf("%w: h2watch: --stream-window must be between 1 and 2^31-1", errUsage)
 	}
 	return o, nil
+}
+
+// listRV is the resourceVersion of every LIST: "0" as client-go's reflector first asks (the
+// watch cache answers), "" with --consistent-list.
+func (o h2watchOptions) listRV() string {
+	if o.consistentList {
+		return ""
+	}
+	return "0"
 }
 
 // h2watchSpec is what watch i watches.
@@ -215,6 +237,8 @@ type h2watchReport struct {
 	Nodes        int                         `json:"nodes"`
 	StreamWindow int                         `json:"stream_window"`
 	Requested    int                         `json:"watches_requested"`
+	PerConn      int                         `json:"per_connection"`        // --per-connection: watches opened per batch
+	ListRV       string                      `json:"list_resource_version"` // of each LIST: "0", or "" (--consistent-list)
 	Opened       int                         `json:"watches_opened"`
 	OpenSeconds  float64                     `json:"open_seconds"` // opening every watch (and the slow stream)
 	OpenMs       latencySummary              `json:"open_ms"`      // per watch: LIST + the watch's answer
@@ -362,29 +386,34 @@ func newH2Client(o h2watchOptions) (*h2client, error) {
 	return c, nil
 }
 
-// listOptions are the LIST (rv empty) or watch options of spec.
-func (s h2watchSpec) listOptions(rv string, timeout time.Duration) metav1.ListOptions {
-	lo := metav1.ListOptions{FieldSelector: "metadata.name=" + s.node}
+// listOptions are the options of spec's LIST at resourceVersion listRV ("0": from the watch
+// cache; "": a consistent read).
+func (s h2watchSpec) listOptions(listRV string) metav1.ListOptions {
+	lo := metav1.ListOptions{FieldSelector: "metadata.name=" + s.node, ResourceVersion: listRV}
 	if s.kind == h2KindPods {
 		lo.FieldSelector = "spec.nodeName=" + s.node
-	}
-	if rv != "" {
-		secs := int64(timeout.Seconds())
-		lo.ResourceVersion, lo.AllowWatchBookmarks, lo.TimeoutSeconds = rv, true, &secs
 	}
 	return lo
 }
 
-// open LISTs what spec selects and watches it from the list's resourceVersion; the watch lives
-// as long as ctx. timeout is the server-side end of the watch.
-func (c *h2client) open(ctx context.Context, spec h2watchSpec, timeout time.Duration) (watch.Interface, string, error) {
+// watchOptions are the options of spec's watch from rv, which the server ends after timeout.
+func (s h2watchSpec) watchOptions(rv string, timeout time.Duration) metav1.ListOptions {
+	lo := s.listOptions(rv)
+	secs := int64(timeout.Seconds())
+	lo.AllowWatchBookmarks, lo.TimeoutSeconds = true, &secs
+	return lo
+}
+
+// open LISTs what spec selects at listRV and watches it from the list's resourceVersion; the
+// watch lives as long as ctx. timeout is the server-side end of the watch.
+func (c *h2client) open(ctx context.Context, spec h2watchSpec, listRV string, timeout time.Duration) (watch.Interface, string, error) {
 	octx, cancel := context.WithTimeout(ctx, watchOpenTimeout)
 	defer cancel()
 	var (
 		list metav1.ListInterface
 		err  error
 	)
-	lo := spec.listOptions("", 0)
+	lo := spec.listOptions(listRV)
 	if spec.kind == h2KindPods {
 		list, err = c.cs.CoreV1().Pods("").List(octx, lo)
 	} else {
@@ -394,7 +423,7 @@ func (c *h2client) open(ctx context.Context, spec h2watchSpec, timeout time.Dura
 		return nil, "", fmt.Errorf("list %s of %s: %w", spec.kind, spec.node, err)
 	}
 	rv := list.GetResourceVersion()
-	wo := spec.listOptions(rv, timeout)
+	wo := spec.watchOptions(rv, timeout)
 	var w watch.Interface
 	if spec.kind == h2KindPods {
 		w, err = c.cs.CoreV1().Pods("").Watch(ctx, wo)
@@ -549,34 +578,42 @@ func (s *h2watchStats) fill(report *h2watchReport) {
 	report.Lag = summarize(append([]float64{}, s.lagMs...))
 }
 
-// openAll opens the watch of every spec: the first alone (it makes the connection), then the
-// others h2watchOpenParallel at a time. watches[i] is nil where opening failed.
-func (c *h2client) openAll(ctx context.Context, specs []h2watchSpec, stats *h2watchStats, timeout time.Duration) ([]watch.Interface, []float64, error) {
+// openAll opens the watch of every spec at listRV, in batches of perConn: the batch's first
+// alone (it makes the batch's connection), then its others h2watchOpenParallel at a time. It
+// stops after the first batch where one failed; watches[i] is nil where opening failed or was
+// not tried.
+func (c *h2client) openAll(ctx context.Context, specs []h2watchSpec, stats *h2watchStats, listRV string, perConn int, timeout time.Duration) ([]watch.Interface, []float64, error) {
 	watches := make([]watch.Interface, len(specs))
 	openMs := make([]float64, len(specs))
 	errs := make([]error, len(specs))
 	openOne := func(i int) {
 		t0 := time.Now()
-		w, rv, err := c.open(ctx, specs[i], timeout)
+		w, rv, err := c.open(ctx, specs[i], listRV, timeout)
 		openMs[i] = round3(float64(time.Since(t0).Microseconds()) / 1e3)
 		watches[i], errs[i] = w, err
 		stats.mu.Lock()
 		stats.streams[i].ListRV, stats.streams[i].OpenMs = rv, openMs[i]
 		stats.mu.Unlock()
 	}
-	openOne(0)
 	sem := make(chan struct{}, h2watchOpenParallel)
-	var wg sync.WaitGroup
-	for i := 1; i < len(specs) && errs[0] == nil; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			openOne(i)
-		}()
+	for first := 0; first < len(specs); first += perConn {
+		end := min(first+perConn, len(specs))
+		openOne(first)
+		var wg sync.WaitGroup
+		for i := first + 1; i < end && errs[first] == nil; i++ {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				openOne(i)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs[first:end]...); err != nil {
+			return watches, openMs[:end], err
+		}
 	}
-	wg.Wait()
-	return watches, openMs, errors.Join(errs...)
+	return watches, openMs, nil
 }
 
 // h2slowStream is the raw watch of --slow-stream, its body unread until finish.
@@ -589,7 +626,7 @@ type h2slowStream struct {
 // openSlowStream GETs the watch of spec (a node) from rv through the process's *http.Client
 // and keeps the answer's body unread.
 func (c *h2client) openSlowStream(ctx context.Context, spec h2watchSpec, rv string, timeout time.Duration) (*h2slowStream, error) {
-	lo := spec.listOptions(rv, timeout)
+	lo := spec.watchOptions(rv, timeout)
 	lo.Watch = true
 	u := c.cs.CoreV1().RESTClient().Get().Resource("nodes").VersionedParams(&lo, scheme.ParameterCodec).URL()
 	s := &h2slowStream{report: h2slowStreamReport{Path: u.RequestURI(), Outcome: "error"}}
@@ -659,7 +696,7 @@ func runH2Watch(o h2watchOptions, stderr io.Writer) (report h2watchReport, err e
 		}
 	}()
 	report = h2watchReport{Scenario: "h2watch", ContentType: o.contentType, Nodes: len(o.nodes), StreamWindow: o.streamWindow,
-		Requested: o.watches, Expected: o.expectEvents, Protocols: map[string]int{}}
+		Requested: o.watches, PerConn: o.perConnection, ListRV: o.listRV(), Expected: o.expectEvents, Protocols: map[string]int{}}
 	specs := h2watchSpecs(o)
 	stats := newH2WatchStats(specs, o.expectEvents)
 	c, err := newH2Client(o)
@@ -704,9 +741,10 @@ func runH2Watch(o h2watchOptions, stderr io.Writer) (report h2watchReport, err e
 		return report
 	}
 
-	progress(stderr, "h2watch: opening %d watch(es) of %d node(s) on %s (%s, stream window %d B)", len(specs), len(o.nodes), c.cfg.Host, o.contentType, o.streamWindow)
+	progress(stderr, "h2watch: opening %d watch(es) of %d node(s) on %s, %d per connection (%s, stream window %d B, LIST resourceVersion %q)",
+		len(specs), len(o.nodes), c.cfg.Host, o.perConnection, o.contentType, o.streamWindow, report.ListRV)
 	t0 := time.Now()
-	watches, openMs, err := c.openAll(ctx, specs, stats, timeout)
+	watches, openMs, err := c.openAll(ctx, specs, stats, report.ListRV, o.perConnection, timeout)
 	for _, w := range watches {
 		if w != nil {
 			report.Opened++

@@ -10,6 +10,7 @@
 //	rvcheck create-pods --kubeconfig K --namespace NS1[,NS2] --count M --rate R --run TAG ... (createpods.go)
 //	rvcheck pod-watch   --kubeconfig K1[,K2] --run TAG [--expect M] ...                   (podwatch.go)
 //	rvcheck h2watch     --kubeconfig K --nodes n1,n2 [--watches N] [--slow-stream] ...    (h2watch.go)
+//	rvcheck h2ping      --kubeconfig K [--interval 100ms] [--duration 30s] ...           (h2ping.go)
 //
 // leases: a SharedInformer on Leases in kube-node-lease plus one renewer per named Lease that
 // updates spec.renewTime every interval, as the kubelet's node lease controller does
@@ -70,6 +71,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		report, err = runPodWatchCommand(args[1:], stderr)
 	case "h2watch":
 		report, err = runH2WatchCommand(args[1:], stderr)
+	case "h2ping":
+		var o h2pingOptions
+		if o, err = parseH2PingFlags(args[1:]); err == nil {
+			report, err = runH2Ping(o, stderr)
+		}
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return exitRan
@@ -101,7 +107,8 @@ const usage = `usage:
   rvcheck watch  --kubeconfig K1[,K2] --path P --run TAG [--expect N] [--duration D] [--idle D] [--ready-file F] [--content-type protobuf|json]
   rvcheck create-pods --kubeconfig K --namespace NS1[,NS2] --count M --rate R --run TAG [--clients C] [--prefix P] [--log-out F] [--timeout D] [--content-type protobuf|json]
   rvcheck pod-watch   --kubeconfig K1[,K2] --run TAG [--expect M] [--duration D] [--idle D] [--ready-file F] [--events-out F] [--progress D] [--name N] [--content-type protobuf|json]
-  rvcheck h2watch     --kubeconfig K --nodes n1,n2,... [--pods-per-node=true|false] [--watches N] [--duration D] [--expect-events E] [--slow-stream] [--stream-window BYTES] [--ready-file F] [--content-type protobuf|json]`
+  rvcheck h2watch     --kubeconfig K --nodes n1,n2,... [--pods-per-node=true|false] [--watches N] [--per-connection N] [--consistent-list] [--duration D] [--expect-events E] [--slow-stream] [--stream-window BYTES] [--ready-file F] [--content-type protobuf|json]
+  rvcheck h2ping      --kubeconfig K [--interval D] [--duration D] [--ready-file F]`
 
 // commonFlags are the flags every subcommand takes.
 type commonFlags struct {
