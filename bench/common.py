@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -590,3 +591,34 @@ class Setup:
 async def close_sessions(sessions: dict[str, aiohttp.ClientSession]) -> None:
     for s in sessions.values():
         await s.close()
+
+
+async def proxy_stalls(session: aiohttp.ClientSession, server: str) -> dict[str, dict[str, float]]:
+    """The proxy's event-loop lag and GC pause histograms from its /metrics, as cumulative
+    bucket counts: {"loop_lag": {le: count}, "gc_pause_gen2": {le: count}, ...}."""
+    async with session.get(f"{server}/metrics") as resp:
+        text = await resp.text()
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for line in text.splitlines():
+        if line.startswith("partition_proxy_event_loop_lag_seconds_bucket{"):
+            key = "loop_lag"
+        elif line.startswith("partition_proxy_gc_pause_seconds_bucket{"):
+            key = "gc_pause_gen" + line.split('generation="', 1)[1][0]
+        else:
+            continue
+        le = line.split('le="', 1)[1].split('"', 1)[0]
+        out[key][le] = float(line.rsplit(" ", 1)[1])
+    return dict(out)
+
+
+def stall_summary(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Per histogram of `proxy_stalls`: observations between the two scrapes, the bucket bound
+    holding their p99 (seconds, "+Inf" beyond the last) and how many took over 50 ms."""
+    out: dict[str, Any] = {}
+    for key, buckets in after.items():
+        delta = {le: n - before.get(key, {}).get(le, 0.0) for le, n in buckets.items()}
+        total = delta.get("+Inf", 0.0)
+        bounds = sorted((le for le in delta if le != "+Inf"), key=float)
+        p99 = next((le for le in bounds if delta[le] >= 0.99 * total), "+Inf") if total else None
+        out[key] = {"count": int(total), "p99_le_s": p99, "over_50ms": int(total - delta.get("0.05", total))}
+    return out

@@ -332,9 +332,65 @@ def render_density(doc: dict[str, Any], path: Path | None = None) -> str:
     )
 
 
+def render_watch_fanout_h2(doc: dict[str, Any], path: Path | None = None) -> str:
+    rows, stalls = [], []
+    for c in doc["cases"]:
+        p, d = c["proxy"], c["direct"]
+        lp, ld = p.get("delivery_lag_ms") or {}, d.get("delivery_lag_ms") or {}
+        rp, rd = (p.get("ping") or {}).get("rtt_ms") or {}, (d.get("ping") or {}).get("rtt_ms") or {}
+        rows.append([
+            _f(c["watches"]),
+            f"{_f(p['tcp_connections_dialed'])} / {_f(d['tcp_connections_dialed'])}",
+            f"{_f(p['memory_per_watch_bytes'])} / {_f(d['memory_per_watch_bytes'])}",
+            _x(c["ratio_memory_per_watch_proxy_over_direct"]),
+            f"{_f(p['open_seconds'])} / {_f(d['open_seconds'])}",
+            f"{_f(lp.get('p50_ms'))} / {_f(ld.get('p50_ms'))}",
+            f"{_f(lp.get('p99_ms'))} / {_f(ld.get('p99_ms'))}",
+            _x(c["ratio_delivery_p99_proxy_over_direct"]),
+            f"{_f(rp.get('p99_ms'), 2)} / {_f(rd.get('p99_ms'), 2)}",
+            f"{_f(rp.get('max_ms'), 2)} / {_f(rd.get('max_ms'), 2)}",
+            f"{_f(p['deliveries_received'])}/{_f(p['deliveries_expected'])} / {_f(d['deliveries_received'])}/{_f(d['deliveries_expected'])}",
+            c.get("note", ""),
+        ])
+        st = p.get("proxy_stalls") or {}
+        lag, gc2 = st.get("loop_lag") or {}, st.get("gc_pause_gen2") or {}
+        stalls.append(f"{c['watches']:,} watches: loop lag p99 <= {lag.get('p99_le_s')} s, {lag.get('over_50ms')} of "
+                      f"{lag.get('count')} probes over 50 ms; {gc2.get('count')} full collections, {gc2.get('over_50ms')} over 50 ms "
+                      f"(p99 <= {gc2.get('p99_le_s')} s)")
+    header = [
+        "watches", "TCP connections (proxy / direct)", "bytes per idle watch", "ratio", "open s", "delivery p50 ms",
+        "delivery p99 ms", "ratio", "PING p99 ms during delivery", "PING max ms", "deliveries", "note",
+    ]
+    return _heading(doc, path) + "\n" + _table(header, rows) + "\n\nProxy stalls (whole side): " + "; ".join(stalls) + "\n"
+
+
+def render_routed_requests(doc: dict[str, Any], path: Path | None = None) -> str:
+    rows = []
+    for c in doc["cases"]:
+        p, d = c["proxy"], c["direct"]
+        rows.append([
+            c["op"],
+            _f(c["concurrency"]),
+            f"{_f(p['requests_per_second'], 0)} / {_f(d['requests_per_second'], 0)}",
+            _x(c["ratio_throughput_proxy_over_direct"]),
+            f"{_f(p['p50_ms'], 2)} / {_f(d['p50_ms'], 2)}",
+            f"{c['added_p50_ms']:+.2f}",
+            f"{_f(p['p99_ms'], 2)} / {_f(d['p99_ms'], 2)}",
+            _f(p["cpu_per_request_ms"], 3),
+            f"{p['failed']} / {d['failed']}",
+        ])
+    header = ["request", "concurrency", "requests/s (proxy / direct)", "ratio", "p50 ms", "added p50 ms", "p99 ms",
+              "proxy CPU ms per request", "failed"]
+    params = doc.get("params", {})
+    setup = f"proxy workers: {params.get('workers') or 'default'}, event loop: {params.get('event_loop') or 'default'}"
+    return _heading(doc, path) + f"\n{setup}\n\n" + _table(header, rows) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any], Path | None], str]] = {
     "list_nodes": render_list_nodes,
     "watch_fanout": render_watch_fanout,
+    "watch_fanout_h2": render_watch_fanout_h2,
+    "routed_requests": render_routed_requests,
     "cache_memory": render_cache_memory,
     "union_watch": render_union_watch,
     "density": render_density,

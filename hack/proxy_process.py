@@ -93,8 +93,14 @@ class ProxyProcess:
         caches: Sequence[dict[str, Any]] | None = None,
         kubeconfigs: Mapping[str, Path] | None = None,
         extra: Mapping[str, Any] | None = None,
+        workers: int | None = 1,
+        event_loop: str | None = None,
     ) -> None:
+        """`workers`: `serve --workers` (None: the proxy's default, one per CPU). Tests default
+        to 1: one process holds every limit and cache they assert on."""
         self.fed = fed
+        self.workers = workers
+        self.event_loop = event_loop
         self.directory = directory
         self.port = port or _free_ports(1)[0]
         self.config_path = write_proxy_config(
@@ -122,6 +128,10 @@ class ProxyProcess:
         """Start the proxy and wait (seconds) for its /readyz. Raises FederationError."""
         exe = Path(sys.executable).parent / "partition-proxy"
         argv = [str(exe), "serve", "--config", str(self.config_path)]
+        if self.workers is not None:
+            argv += ["--workers", str(self.workers)]
+        if self.event_loop is not None:
+            argv += ["--event-loop", self.event_loop]
         log = self.log_path.open("ab")
         self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
         log.close()

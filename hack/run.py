@@ -95,6 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=6443, help="proxy port on 127.0.0.1")
     parser.add_argument("--hollow-nodes", type=int, default=2, help="kubemark hollow kubelets (spread over the RPs)")
+    parser.add_argument("--workers", type=int, default=None, help="proxy worker processes (default: the proxy's, one per CPU)")
     parser.add_argument("--no-demo", action="store_true", help="no namespaces, nodes or deployments")
     args = parser.parse_args()
 
@@ -112,7 +113,7 @@ def main() -> None:
     try:
         fed.start()
         fed_seconds = time.monotonic() - started
-        proxy = ProxyProcess(fed, LOCAL / "federation" / "proxy", port=args.port).start()
+        proxy = ProxyProcess(fed, LOCAL / "federation" / "proxy", port=args.port, workers=args.workers).start()
         kubeconfigs = LOCAL / "kubeconfigs"
         kubeconfigs.mkdir(parents=True, exist_ok=True)
         shutil.copy(

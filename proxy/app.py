@@ -31,7 +31,8 @@ from proxy.discovery import namespaced_resources
 from proxy.fronts.http1 import Http1Front
 from proxy.fronts.http2 import Http2Front
 from proxy.fronts.listener import Listener
-from proxy.metrics import Metrics
+from proxy.loop_health import GcPauses, probe_loop_lag, sweep_frozen
+from proxy.metrics import METRICS_REFRESH_SECONDS, Metrics
 from proxy.overload import InflightLimiter
 from proxy.pipeline.chain import Pipeline
 from proxy.rv_epochs import ResourceVersions
@@ -99,6 +100,7 @@ class ProxyApp:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[asyncio.Server] = []
         self.listener = self._listener()
+        self.gc_pauses = GcPauses(ctx.metrics.gc_pause)
 
     def _listener(self) -> Listener:
         config = self.ctx.config
@@ -143,6 +145,10 @@ class ProxyApp:
         rv.bind(clients)
         app = cls(ctx)
         app._spawn("resource-version-table", rv.run())
+        app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag))
+        app._spawn("gc-sweep-frozen", sweep_frozen())
+        if ctx.metrics.multiprocess:
+            app._spawn("metrics-refresh", _refresh_metrics(ctx))
         for cache in caches:
             for partition in cache.space:
                 reflector = Reflector(cache=cache, client=clients[partition])
@@ -181,6 +187,15 @@ class ProxyApp:
                 await task
         for client in self.ctx.clients.values():
             await client.close()
+        self.gc_pauses.close()
+
+
+async def _refresh_metrics(ctx: ProxyContext) -> None:
+    """A worker among several: copy its process-read gauges into the shared samples every
+    METRICS_REFRESH_SECONDS, so a scrape answered by another worker sees them."""
+    while True:
+        ctx.metrics.refresh(ctx.caches)
+        await asyncio.sleep(METRICS_REFRESH_SECONDS)
 
 
 async def _after(ready: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:

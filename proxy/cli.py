@@ -1,5 +1,8 @@
-"""Command line: `partition-proxy serve --config FILE [--check-config]` and
+"""Command line: `partition-proxy serve --config FILE [--workers N] [--check-config]` and
 `partition-proxy kubeconfig ...`.
+
+`serve --workers N` runs N worker processes on the one port (proxy/workers.py); the default is
+the CPUs the process may use (affinity and cgroup quota); `--workers 1` serves in this process.
 
 Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 when the configuration is unusable
 (one line on stderr naming the field), 1 when start-up fails for another reason (one line).
@@ -12,17 +15,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import ssl
 import sys
 from asyncio import sslproto
+from collections.abc import Callable
 from pathlib import Path
 
 from config import ConfigError, load_config
 from config.models import ListenConfig, ProxyConfig
 from proxy.app import ProxyApp, build_caches, build_resource_versions
 from proxy.fronts.listener import offer_alpn
+from proxy.workers import WORKER_ENV, available_cpus, run_workers
 from proxy.kubeconfig_cmd import (
     DEFAULT_SCHEDULER_NAME,
     ROLES,
@@ -33,6 +40,16 @@ from proxy.kubeconfig_cmd import (
     write_kubeconfig,
 )
 
+
+# seconds a worker of `serve --workers N` waits for its resourceVersion table before it listens
+# anyway: the table loads in well under a second from a reachable system partition; 10 s stays
+# well inside the chart's liveness budget (5 s initial delay + 3 failed checks 10 s apart).
+WORKER_LISTEN_WAIT_SECONDS = 10.0
+
+# `serve --event-loop`: asyncio's selector loop or uvloop's libuv loop (bench/routed_requests.py
+# measures both; README "Speed" has the figures behind the default).
+EVENT_LOOPS = ("asyncio", "uvloop")
+DEFAULT_EVENT_LOOP = "asyncio"
 
 # bytes; the read buffer asyncio allocates for EVERY TLS connection (asyncio.sslproto.
 # SSLProtocol.max_size, 256 KiB in CPython 3.11). Idle watch connections dominate a proxy's
@@ -70,6 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--config", type=Path, required=True, help="YAML config file")
     serve.add_argument("--log-level", default="INFO")
     serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="worker processes sharing the port (SO_REUSEPORT), each with its own caches; "
+        "default: the CPUs this process may use",
+    )
+    serve.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=DEFAULT_EVENT_LOOP,
+        help=f"asyncio's own event loop or uvloop's (libuv); default {DEFAULT_EVENT_LOOP} (README: Speed)",
+    )
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each worker
+    serve.add_argument(
         "--check-config",
         action="store_true",
         help="validate the config (fields, partitions, cache selectors) and exit: 0 printing `config OK`, "
@@ -98,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_config:
         return _check_config(args.config)
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    worker = os.environ.get(WORKER_ENV)
+    tag = f" [worker {worker}]" if worker is not None else ""
+    logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s %(name)s{tag} %(message)s")
     try:
         config = load_config(args.config)
         ssl_context = server_ssl_context(config.listen)
@@ -109,16 +142,38 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ssl.SSLError) as exc:
         print(f"partition-proxy: config error: listen.tls: {exc}", file=sys.stderr)
         return 2
+    workers = args.workers if args.workers is not None else available_cpus()
+    if workers > 1:
+        worker_argv = ["serve", "--config", str(args.config), "--log-level", args.log_level, "--event-loop", args.event_loop,
+                       "--workers", "1", "--reuse-port"]
+        return run_workers(worker_argv, workers, config.failure.shutdown_grace_seconds)
     shrink_ssl_read_buffers()
     try:
-        asyncio.run(run_proxy(config, ssl_context))
+        with asyncio.Runner(loop_factory=_loop_factory(args.event_loop)) as runner:
+            runner.run(run_proxy(config, ssl_context, reuse_port=args.reuse_port))
     except Exception as exc:  # start-up failures: one line, no traceback
         print(f"partition-proxy: start-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None) -> None:
+def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop factory of `--event-loop` (None: asyncio's default)."""
+    if name == "uvloop":
+        import uvloop  # an optional speed-up, imported only when asked for
+
+        return uvloop.new_event_loop
+    return None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None, *, reuse_port: bool = False) -> None:
     """Run the proxy until SIGINT or SIGTERM, then stop gracefully: open watches end at once,
     other requests in flight get `failure.shutdown_grace_seconds`."""
     stop = asyncio.Event()
@@ -127,7 +182,14 @@ async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None) -> 
         loop.add_signal_handler(sig, stop.set)
     app = await ProxyApp.start(config)
     try:
-        await app.listen(config.listen.address, config.listen.port, ssl_context=ssl_context)
+        if reuse_port:
+            # A worker among several: the kernel hands it connections as soon as it listens, and
+            # until its resourceVersion table is loaded it could only answer them with errors
+            # that a sibling would not give; so it listens once loaded (or after
+            # WORKER_LISTEN_WAIT_SECONDS, so that /readyz and /livez answer whatever happens).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(app.ctx.rv.ready.wait(), WORKER_LISTEN_WAIT_SECONDS)
+        await app.listen(config.listen.address, config.listen.port, ssl_context=ssl_context, reuse_port=reuse_port)
         await stop.wait()
     finally:
         await app.stop(config.failure.shutdown_grace_seconds)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 from multidict import CIMultiDict
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy.context import ProxyContext
 from proxy.messages import Answer, Request
@@ -60,8 +60,7 @@ class Endpoints:
         return Answer(200 if ready else 500, ("\n".join(lines) + "\n").encode(), content_type=_TEXT)
 
     async def metrics(self, request: Request) -> Answer:
-        self.ctx.metrics.observe_caches(self.ctx.caches)
-        return Answer(200, generate_latest(self.ctx.metrics.registry), CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
+        return Answer(200, self.ctx.metrics.exposition(self.ctx.caches), CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
 
     async def debug_caches(self, request: Request) -> Answer:
         """Per cache: objects, bytes, watchers, ring span, last RV and relists per partition."""

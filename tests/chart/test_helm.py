@@ -154,7 +154,7 @@ def test_deployment_runs_non_root_read_only_with_https_probes_and_a_long_enough_
 
     assert FailureConfig().shutdown_grace_seconds == proxy_shutdown_grace
     assert pod["terminationGracePeriodSeconds"] > prestop + proxy_shutdown_grace
-    assert container["command"] == ["partition-proxy", "serve", "--config", "/etc/partition-proxy/config.yaml", "--log-level", "INFO"]
+    assert container["command"] == ["partition-proxy", "serve", "--config", "/etc/partition-proxy/config.yaml", "--log-level", "INFO", "--workers", "1"]
     # Anti-affinity on hosts and a zone spread keep replicas apart.
     term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
@@ -371,3 +371,22 @@ def test_values_yaml_documents_every_value() -> None:
                 stack.append((indent, documented))
         previous = line
     assert undocumented == []
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_workers_are_passed_and_multiply_the_memory(helm: Helm, workers: int) -> None:
+    """Each worker holds its own caches: memory = roundUp(workers x (base + objects))."""
+    deployment = helm.template(values={"proxy": {"workers": workers}, "sizing": {"expectedNodes": 10000}},
+                               show_only="templates/deployment.yaml")[0]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[command.index("--workers") + 1] == str(workers)
+    s = DEFAULT_SIZING
+    total = workers * (s["baseMiB"] * MIB + 10000 * s["bytesPerNode"])
+    want = max(s["floorMiB"], math.ceil(total / (s["stepMiB"] * MIB)) * s["stepMiB"])
+    assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"] == f"{want}Mi"
+
+
+def test_workers_below_one_fail_the_schema(helm: Helm) -> None:
+    result = helm.template_text(values={"proxy": {"workers": 0}}, check=False)
+    assert result.returncode != 0 and "workers" in result.stderr

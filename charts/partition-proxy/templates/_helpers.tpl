@@ -123,7 +123,7 @@ Integer arithmetic in bytes, rounded up, so the figure never falls below what th
 {{- $s := .Values.sizing }}
 {{- $mib := 1048576 }}
 {{- $objectBytes := add (mul (int64 $s.expectedNodes) (int64 $s.bytesPerNode)) (mul (int64 $s.expectedPods) (int64 $s.bytesPerPod)) }}
-{{- $bytes := add (mul (int64 $s.baseMiB) $mib) $objectBytes }}
+{{- $bytes := mul (add (mul (int64 $s.baseMiB) $mib) $objectBytes) (int64 (default 1 .Values.proxy.workers)) }}
 {{- $step := mul (int64 $s.stepMiB) $mib }}
 {{- $rounded := mul (div (sub (add $bytes $step) 1) $step) (int64 $s.stepMiB) }}
 {{- max $rounded (int64 $s.floorMiB) }}

@@ -7,7 +7,7 @@ package main
 //	rvcheck h2watch --kubeconfig K --nodes n1,n2,... [--pods-per-node=true] [--watches N]
 //	                [--per-connection 100] [--consistent-list] [--duration 60s]
 //	                [--expect-events E] [--slow-stream] [--stream-window 65536]
-//	                [--ready-file F] [--content-type protobuf|json]
+//	                [--watch-timeout D] [--ready-file F] [--content-type protobuf|json]
 //
 // The process builds ONE rest.Config and ONE *http.Client (rest.HTTPClientFor) and hands that
 // client to kubernetes.NewForConfigAndClient, so every request goes through one http.Transport:
@@ -107,6 +107,7 @@ type h2watchOptions struct {
 	expectEvents   int
 	slowStream     bool
 	streamWindow   int
+	watchTimeout   time.Duration
 	readyFile      string
 }
 
@@ -134,6 +135,7 @@ func parseH2WatchFlags(args []string) (h2watchOptions, error) {
 	fs.BoolVar(&o.slowStream, "slow-stream", false, "hold one more node watch whose body is never read")
 	fs.IntVar(&o.streamWindow, "stream-window", 65536, "HTTP/2 receive window of every stream, bytes (MaxReceiveBufferPerStream)")
 	fs.StringVar(&o.readyFile, "ready-file", "", "write this file once every watch is open")
+	fs.DurationVar(&o.watchTimeout, "watch-timeout", 0, "timeoutSeconds of every watch (0: --duration + 60s); opening many watches takes time, and the first opened must outlive the last")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -151,7 +153,7 @@ func parseH2WatchFlags(args []string) (h2watchOptions, error) {
 	switch {
 	case len(o.nodes) == 0:
 		return o, fmt.Errorf("%w: h2watch: --nodes is required", errUsage)
-	case o.watches < 1 || o.perConnection < 1 || o.duration <= 0 || o.expectEvents < 0:
+	case o.watches < 1 || o.perConnection < 1 || o.duration <= 0 || o.expectEvents < 0 || o.watchTimeout < 0:
 		return o, fmt.Errorf("%w: h2watch: --watches, --per-connection and --duration must be positive, --expect-events not negative", errUsage)
 	case o.streamWindow < 1 || o.streamWindow > 1<<31-1:
 		return o, fmt.Errorf("%w: h2watch: --stream-window must be between 1 and 2^31-1", errUsage)
@@ -710,6 +712,9 @@ func runH2Watch(o h2watchOptions, stderr io.Writer) (report h2watchReport, err e
 	defer cancel()
 	// The server ends the watches a little after --duration as well (bounded on both sides).
 	timeout := o.duration + 2*watchOpenTimeout
+	if o.watchTimeout > 0 {
+		timeout = o.watchTimeout
+	}
 
 	var (
 		watches []watch.Interface

@@ -1,0 +1,311 @@
+"""Idle node watches multiplexed on HTTP/2 connections: the proxy vs the peer kube-apiserver.
+
+What a fleet of kubelets does to its apiserver, with one client-go process standing in for
+them: W watches of Nodes by name (`fieldSelector=metadata.name=<n>`, each after a LIST with
+resourceVersion=0, as client-go's reflector does), 100 per HTTP/2 connection (the
+SETTINGS_MAX_CONCURRENT_STREAMS of both servers), opened by `rvcheck h2watch` (Go, client-go
+typed clientset, protobuf): the load client is not the limit and speaks what kubelets speak.
+
+Per watch count W (default 10,000 and 50,000), a fresh federation with `--nodes` hollow nodes
+(half on rp1, half on rp2, all on the peer rp3); watch i watches node i mod nodes. Sides run one
+after the other (proxy, then direct), each with the machine to itself:
+- memory per idle watch: (server RSS once every watch is open and idle `--idle` s - RSS
+  before) / W, for the proxy process and for the peer's kube-apiserver; the server's CPU
+  seconds spent opening them;
+- connections: TCP connections the client dialed, and on the proxy side the HTTP/2 connections
+  it counts itself (`partition_proxy_connections{protocol="h2"}`);
+- delivery lag: `--patches` merge-patches of the annotation `h2watch.partition-proxy.io/sent-ns`
+  (the sender's wall clock, Unix ns) on a random watched node (the same sequence on both sides),
+  one every `--interval-ms`, straight to the partition that holds the node; h2watch counts, for
+  every watch of that node, receive time - stamp. p50/p99 per side, ratio proxy/direct;
+- PING round trips: `rvcheck h2ping` holds one more HTTP/2 connection to the same server and
+  pings it every 100 ms while the watches receive the patches (client-go closes a connection
+  whose ping goes unanswered for 15 s; the issue's bound is 1 s).
+
+The proxy is started with `limits.max_watches_per_identity` = W + 1,000: every watch here is
+one identity's, and kube-apiserver has no such limit.
+
+Run: `python -m bench.watch_fanout_h2 [--watches 10000,50000] [--nodes 1000]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench.common import (
+    OUT_DIR,
+    PEER,
+    REPO,
+    Setup,
+    close_sessions,
+    cpu_seconds,
+    emit,
+    host_info,
+    hollow_node,
+    proxy_stalls,
+    stall_summary,
+    install_sigterm,
+    log,
+    mib,
+    node_names,
+    raise_nofile,
+    ratio,
+    rss_bytes,
+)
+from hack.federation import PROXY_ADMINS_GROUP
+
+NAME = "watch_fanout_h2"
+KIND = "watch"
+RVCHECK = REPO / ".local" / "bin" / "rvcheck"
+ARTIFACTS = OUT_DIR / NAME  # the Go clients' reports of the last run
+SENT_NS = "h2watch.partition-proxy.io/sent-ns"  # rvcheck h2watch reads the lag from it
+PER_CONNECTION = 100  # streams per connection: both servers' SETTINGS_MAX_CONCURRENT_STREAMS
+PING_INTERVAL = "100ms"
+DRAIN_SECONDS = 10.0  # after the last patch, for the last deliveries before h2watch stops
+PING_BOUND_MS = 1000.0  # the issue's bound on a PING's round trip under load
+
+
+async def server_h2_connections(session: aiohttp.ClientSession, proxy_server: str) -> float:
+    """HTTP/2 connections the proxy holds now (its partition_proxy_connections gauge)."""
+    async with session.get(f"{proxy_server}/metrics") as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith('partition_proxy_connections{protocol="h2"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def start_rvcheck(args: list[str], report: Path, ready: Path) -> subprocess.Popen[bytes]:
+    """Start `rvcheck <args>` writing its JSON report to `report`; `ready` is its ready file."""
+    ready.unlink(missing_ok=True)
+    with report.open("wb") as out:
+        return subprocess.Popen([str(RVCHECK), *args, "--ready-file", str(ready)], stdout=out, stderr=sys.stderr,
+                                stdin=subprocess.DEVNULL)
+
+
+async def wait_ready(proc: subprocess.Popen[bytes], ready: Path, timeout: float, what: str) -> float:
+    """Seconds until `ready` exists; raises if `proc` exits first or `timeout` passes."""
+    t0 = time.monotonic()
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before it was ready")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            raise RuntimeError(f"{what} not ready within {timeout:.0f} s")
+        await asyncio.sleep(0.2)
+    return time.monotonic() - t0
+
+
+async def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int:
+    """The exit code of `proc`, killing it after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            proc.kill()
+        await asyncio.sleep(0.2)
+    return proc.returncode
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        return {"fatal": f"no report in {path}: {exc}"}
+
+
+async def patch_nodes(setup: Setup, sessions: dict[str, aiohttp.ClientSession], side: str, nodes: list[str],
+                      interval_ms: float) -> tuple[int, int]:
+    """Stamp `SENT_NS` on nodes[i], one every `interval_ms`, straight to the partition that holds
+    the node. Returns (patches sent, patches failed)."""
+    failed = 0
+
+    async def one(node: str) -> None:
+        nonlocal failed
+        partition = node[:3] if side == "proxy" else PEER
+        url = f"{setup.server(partition)}/api/v1/nodes/{node}"
+        body = orjson.dumps({"metadata": {"annotations": {SENT_NS: str(time.time_ns())}}})
+        try:
+            async with asyncio.timeout(30):
+                async with sessions[partition].patch(url, data=body, headers={"Content-Type": "application/merge-patch+json"}) as resp:
+                    await resp.read()
+                    failed += resp.status != 200
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            failed += 1
+
+    tasks = []
+    start = time.monotonic()
+    for seq, node in enumerate(nodes):
+        delay = start + seq * interval_ms / 1000 - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(node)))
+    await asyncio.gather(*tasks)
+    return len(nodes), failed
+
+
+async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], side: str, count: int, names: list[str],
+                   patch_seq: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    if side == "proxy":
+        pid = setup.pid(setup.proxy)
+        kubeconfig = setup.fed.issue_client_kubeconfig("bench-h2", user="admin", groups=[PROXY_ADMINS_GROUP],
+                                                       server=setup.proxy.server)
+    else:
+        pid = setup.apiserver_pid(PEER)
+        kubeconfig = setup.fed.partition(PEER).admin_kubeconfig
+    work = ARTIFACTS / f"{count}-{side}"
+    work.mkdir(parents=True, exist_ok=True)
+    patch_seconds = len(patch_seq) * args.interval_ms / 1000
+    duration = args.idle + 2 + patch_seconds + DRAIN_SECONDS
+    await asyncio.sleep(args.settle)
+    rss0, cpu0 = rss_bytes(pid), cpu_seconds(pid)
+    stalls0 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if side == "proxy" else {}
+    watch = start_rvcheck(["h2watch", "--kubeconfig", str(kubeconfig), "--nodes", ",".join(names[: min(count, len(names))]),
+                           "--pods-per-node=false", "--watches", str(count), "--per-connection", str(PER_CONNECTION),
+                           "--duration", f"{duration:.0f}s", "--watch-timeout", f"{args.open_timeout + duration + 60:.0f}s"], work / "h2watch.json", work / "h2watch.ready")
+    ping: subprocess.Popen[bytes] | None = None
+    out: dict[str, Any] = {"pid": pid}
+    try:
+        open_s = await wait_ready(watch, work / "h2watch.ready", args.open_timeout, f"{side}: rvcheck h2watch")
+        cpu1 = cpu_seconds(pid)
+        log(f"{side}: {count} watches open in {open_s:.1f} s")
+        await asyncio.sleep(args.idle)
+        rss1 = rss_bytes(pid)
+        if side == "proxy":
+            out["server_h2_connections"] = await server_h2_connections(sessions["proxy"], setup.proxy.server)
+        out.update({
+            "open_seconds": round(open_s, 1),
+            "open_cpu_s": round(cpu1 - cpu0, 2),
+            "open_cpu_per_watch_ms": round((cpu1 - cpu0) / count * 1000, 3),
+            "rss_before_mib": mib(rss0),
+            "rss_idle_mib": mib(rss1),
+            "memory_per_watch_bytes": round((rss1 - rss0) / count),
+        })
+        log(f"{side}: RSS {mib(rss0)} -> {mib(rss1)} MiB: {out['memory_per_watch_bytes']} bytes/watch")
+        ping = start_rvcheck(["h2ping", "--kubeconfig", str(kubeconfig), "--interval", PING_INTERVAL,
+                              "--duration", f"{patch_seconds + 4:.0f}s"], work / "h2ping.json", work / "h2ping.ready")
+        await wait_ready(ping, work / "h2ping.ready", 30, f"{side}: rvcheck h2ping")
+        cpu2 = cpu_seconds(pid)
+        sent, failed = await patch_nodes(setup, sessions, side, patch_seq, args.interval_ms)
+        await wait_exit(ping, patch_seconds + 60)
+        await wait_exit(watch, duration + 120)
+        cpu3 = cpu_seconds(pid)
+        if side == "proxy":
+            # Whole side: opening, idle, delivery (the proxy's own loop-lag and GC histograms).
+            out["proxy_stalls"] = stall_summary(stalls0, await proxy_stalls(sessions["proxy"], setup.proxy.server))
+    finally:
+        for proc in (watch, ping):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    w, p = read_report(work / "h2watch.json"), read_report(work / "h2ping.json")
+    per_node = count / min(count, len(names))
+    out.update({
+        "watches_opened": w.get("watches_opened"),
+        "tcp_connections_dialed": w.get("tcp_connections_dialed"),
+        "protocols": w.get("protocols"),
+        "watch_open_ms": w.get("open_ms"),
+        "watches_ended_early": w.get("ended_early_total"),
+        "patches": sent,
+        "patch_failures": failed,
+        "deliveries_expected": round(sent * per_node),
+        "deliveries_received": w.get("lag_ms", {}).get("count"),
+        "delivery_lag_ms": w.get("lag_ms"),
+        "delivery_phase_cpu_s": round(cpu3 - cpu2, 2),
+        "client_cpu_s": w.get("cpu_seconds"),
+        "ping": {k: p.get(k) for k in ("alpn", "pings_sent", "pings_answered", "pings_failed", "rtt_ms", "errors", "stop_reason")},
+        **({"fatal": w["fatal"]} if w.get("fatal") else {}),
+    })
+    log(f"{side}: deliveries {out['deliveries_received']}/{out['deliveries_expected']}, lag {w.get('lag_ms')}, "
+        f"ping rtt {p.get('rtt_ms')}")
+    return out
+
+
+async def measure(setup: Setup, count: int, args: argparse.Namespace) -> dict[str, Any]:
+    sessions = setup.sessions()
+    try:
+        took = await setup.populate(sessions, KIND, 0, args.nodes, builder=hollow_node)
+        await setup.wait_cached(sessions["proxy"], args.nodes)
+        names = node_names(KIND, 0, args.nodes)
+        watched = names[: min(count, len(names))]
+        rng = random.Random(args.seed)
+        patch_seq = [rng.choice(watched) for _ in range(args.patches)]
+        case: dict[str, Any] = {"watches": count, "nodes": args.nodes, "create_seconds": round(took, 1)}
+        for side in ("proxy", "direct"):
+            case[side] = await run_side(setup, sessions, side, count, names, patch_seq, args)
+        p, d = case["proxy"], case["direct"]
+        case["ratio_memory_per_watch_proxy_over_direct"] = ratio(p["memory_per_watch_bytes"], d["memory_per_watch_bytes"])
+        lag_p, lag_d = p.get("delivery_lag_ms") or {}, d.get("delivery_lag_ms") or {}
+        case["ratio_delivery_p50_proxy_over_direct"] = ratio(lag_p.get("p50_ms", 0), lag_d.get("p50_ms", 0))
+        case["ratio_delivery_p99_proxy_over_direct"] = ratio(lag_p.get("p99_ms", 0), lag_d.get("p99_ms", 0))
+        notes = []
+        for s in ("proxy", "direct"):
+            c = case[s]
+            if (c["watches_opened"] or 0) < count:
+                notes.append(f"{s}: only {c['watches_opened']} of {count} watches opened")
+            if (c["deliveries_received"] or 0) < c["deliveries_expected"]:
+                notes.append(f"{s}: {c['deliveries_received']} of {c['deliveries_expected']} deliveries")
+            if c["ping"]["pings_failed"]:
+                notes.append(f"{s}: {c['ping']['pings_failed']} pings failed")
+            if (c["ping"].get("rtt_ms") or {}).get("max_ms", 0) > PING_BOUND_MS:
+                notes.append(f"{s}: a ping took {c['ping']['rtt_ms']['max_ms']} ms (> {PING_BOUND_MS:.0f} ms)")
+        if notes:
+            case["note"] = "; ".join(notes)
+        return case
+    finally:
+        await close_sessions(sessions)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--watches", default="10000,50000", help="watch counts (comma-separated)")
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--patches", type=int, default=300)
+    ap.add_argument("--interval-ms", type=float, default=20.0)
+    ap.add_argument("--idle", type=float, default=5.0, help="seconds idle before the RSS reading")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds before the RSS baseline")
+    ap.add_argument("--open-timeout", type=float, default=600.0)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    if not RVCHECK.exists():
+        print(f"{NAME}: {RVCHECK} missing: run `bash hack/build-components.sh`", file=sys.stderr)
+        raise SystemExit(2)
+    install_sigterm()
+    nofile = raise_nofile()
+    counts = [int(x) for x in args.watches.split(",") if x.strip()]
+    t0 = time.monotonic()
+    out: dict[str, Any] = {
+        "benchmark": NAME,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": host_info(),
+        "params": {**vars(args), "watches": counts, "nofile": list(nofile), "per_connection": PER_CONNECTION,
+                   "proxy_config_extra": "limits.max_watches_per_identity = watches + 1000"},
+        "peer": f"{PEER}: a kube-apiserver holding the same nodes; the same watches opened on it directly over HTTP/2",
+        "cases": [],
+    }
+    for count in counts:
+        extra = {"limits": {"max_watches_per_identity": count + 1000}}
+        setup = Setup.start(f"{NAME}-{count}", extra=extra)
+        try:
+            out["cases"].append(asyncio.run(measure(setup, count, args)))
+        finally:
+            setup.stop()
+    out["total_seconds"] = round(time.monotonic() - t0, 1)
+    notes = [f"{c['watches']} watches: {c['note']}" for c in out["cases"] if "note" in c]
+    if notes:
+        out["note"] = "; ".join(notes)
+    emit(NAME, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""`partition-proxy serve --workers N`: N worker processes behind one listening port.
+
+Each worker is a whole proxy (its partition clients, watch caches, limits, event loop) started
+as `python -m proxy.cli serve --config F --workers 1 --reuse-port`; every worker binds the port
+with SO_REUSEPORT and Linux spreads new connections over them by a hash of the connection's
+addresses, so one connection (a kubelet's HTTP/2 connection with all its watches) stays with one
+worker. One Python process uses one core; N workers use N.
+
+Trade-offs, per replica: each worker holds every configured watch cache and its upstream
+watches (cache memory and upstream watches x N); limits (`limits.*`, `failure.max_inflight_*`)
+are per worker, as they are per replica; `/debug/caches` and `/readyz` answer for the worker
+that took the connection. `/metrics` is the aggregate of all workers (proxy.metrics,
+prometheus-client's multiprocess mode in a directory the supervisor creates and removes).
+
+The supervisor (this module) forwards SIGTERM and SIGINT to every worker and waits for them; a
+worker that exits on its own stops the others and the supervisor exits with its code (the
+container restarts: a replica short of a worker would answer fewer connections than its
+Service expects, unseen).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from proxy.metrics import MULTIPROC_DIR_ENV
+
+log = logging.getLogger("partition_proxy.workers")
+
+# The environment variable that tells a worker its index (0..N-1), for its log lines.
+WORKER_ENV = "PARTITION_PROXY_WORKER"
+# seconds between two checks of the workers: a worker's death is noticed within it.
+_POLL_SECONDS = 0.2
+# seconds a worker gets to stop after the supervisor stops it (before SIGKILL): the graceful
+# stop's grace plus slack. proxy.cli passes failure.shutdown_grace_seconds.
+_KILL_SLACK_SECONDS = 5.0
+# cgroup v2 CPU limit of the container (quota and period in microseconds, or "max").
+_CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def available_cpus() -> int:
+    """The CPUs this process may use: its affinity, capped by the cgroup v2 CPU quota rounded
+    up (a pod with `limits.cpu: 1500m` gets 2)."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota, period = _CGROUP_CPU_MAX.read_text().split()
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 limit to read: the affinity is the limit
+    return cpus
+
+
+def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
+    """Start `workers` processes `sys.executable -m proxy.cli <worker_argv>`, supervise them as
+    the module docstring says, and return the exit code: 0 when they stopped on a signal and
+    exited 0, else the code of the first worker that failed."""
+    metrics_dir = tempfile.mkdtemp(prefix="partition-proxy-metrics-")
+    env = {**os.environ, MULTIPROC_DIR_ENV: metrics_dir}
+    procs: list[subprocess.Popen[bytes]] = []
+    stopping = False
+
+    def stop_all(signum: int = signal.SIGTERM) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        stop_all(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    code = 0
+    try:
+        for index in range(workers):
+            procs.append(subprocess.Popen([sys.executable, "-m", "proxy.cli", *worker_argv], env={**env, WORKER_ENV: str(index)}))
+        log.info("started %d workers: pids %s", workers, " ".join(str(p.pid) for p in procs))
+        ended: set[int] = set()
+        stop_deadline = math.inf
+        while len(ended) < len(procs):
+            for index, proc in enumerate(procs):
+                if index in ended or proc.poll() is None:
+                    continue
+                ended.add(index)
+                rc = proc.returncode
+                asked = stopping and rc in (0, -signal.SIGTERM, -signal.SIGINT)
+                if not asked and code == 0:
+                    code = rc if rc > 0 else 1
+                if not stopping:
+                    log.error("worker %d (pid %d) exited with %d: stopping the others", index, proc.pid, rc)
+                    stopping = True
+                    stop_all()
+            if stopping and stop_deadline == math.inf:
+                stop_deadline = time.monotonic() + grace + _KILL_SLACK_SECONDS
+            elif time.monotonic() > stop_deadline:
+                stop_all(signal.SIGKILL)
+            time.sleep(_POLL_SECONDS)
+    finally:
+        stop_all(signal.SIGKILL)
+        for proc in procs:
+            proc.wait()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return code
