@@ -101,7 +101,21 @@ def render_watch_fanout(doc: dict[str, Any], path: Path | None = None) -> str:
         "delivery p50 ms", "ratio", "delivery p99 ms", "ratio", "PATCH round trip p50 ms (not through the proxy)",
         "deliveries", "note",
     ]
-    return _heading(doc, path) + "\n" + _table(header, rows) + "\n"
+    return _heading(doc, path) + "\n" + _table(header, rows) + "\n" + _stalls(doc["cases"], "watchers")
+
+
+def _stalls(cases: list[dict[str, Any]], key: str) -> str:
+    """One line on the proxy's loop lag and full collections per case (when recorded)."""
+    parts = []
+    for c in cases:
+        st = c["proxy"].get("proxy_stalls")
+        if not st:
+            continue
+        lag, gc2 = st.get("loop_lag") or {}, st.get("gc_pause_gen2") or {}
+        parts.append(f"{c[key]:,} {key}: loop lag p99 <= {lag.get('p99_le_s')} s, {lag.get('over_50ms')} of {lag.get('count')} "
+                     f"probes over 50 ms; {gc2.get('count')} full collections, {gc2.get('over_50ms')} over 50 ms "
+                     f"(p99 <= {gc2.get('p99_le_s')} s)")
+    return "\nProxy stalls (whole side): " + "; ".join(parts) + "\n" if parts else ""
 
 
 def render_cache_memory(doc: dict[str, Any], path: Path | None = None) -> str:
@@ -333,7 +347,7 @@ def render_density(doc: dict[str, Any], path: Path | None = None) -> str:
 
 
 def render_watch_fanout_h2(doc: dict[str, Any], path: Path | None = None) -> str:
-    rows, stalls = [], []
+    rows = []
     for c in doc["cases"]:
         p, d = c["proxy"], c["direct"]
         lp, ld = p.get("delivery_lag_ms") or {}, d.get("delivery_lag_ms") or {}
@@ -352,16 +366,11 @@ def render_watch_fanout_h2(doc: dict[str, Any], path: Path | None = None) -> str
             f"{_f(p['deliveries_received'])}/{_f(p['deliveries_expected'])} / {_f(d['deliveries_received'])}/{_f(d['deliveries_expected'])}",
             c.get("note", ""),
         ])
-        st = p.get("proxy_stalls") or {}
-        lag, gc2 = st.get("loop_lag") or {}, st.get("gc_pause_gen2") or {}
-        stalls.append(f"{c['watches']:,} watches: loop lag p99 <= {lag.get('p99_le_s')} s, {lag.get('over_50ms')} of "
-                      f"{lag.get('count')} probes over 50 ms; {gc2.get('count')} full collections, {gc2.get('over_50ms')} over 50 ms "
-                      f"(p99 <= {gc2.get('p99_le_s')} s)")
     header = [
         "watches", "TCP connections (proxy / direct)", "bytes per idle watch", "ratio", "open s", "delivery p50 ms",
         "delivery p99 ms", "ratio", "PING p99 ms during delivery", "PING max ms", "deliveries", "note",
     ]
-    return _heading(doc, path) + "\n" + _table(header, rows) + "\n\nProxy stalls (whole side): " + "; ".join(stalls) + "\n"
+    return _heading(doc, path) + "\n" + _table(header, rows) + "\n" + _stalls(doc["cases"], "watches")
 
 
 def render_routed_requests(doc: dict[str, Any], path: Path | None = None) -> str:

@@ -7,8 +7,9 @@ namespace `acme-bench` on tp1 with `--objects` pods, and `--objects` node Leases
 `rp1-bench-<i>` in kube-node-lease on rp1 (the proxy routes them to rp1 by the node-name prefix).
 
 Load client: `rvcheck requests` (Go, client-go typed clientset, protobuf as kubelets, no client
-rate limit, all requests of a run on one HTTP/2 connection), `--concurrency` workers each with one
-request in flight, worker w on object w mod objects:
+rate limit), `--concurrency` workers each with one request in flight, each on an HTTP/2
+connection of its own as so many kubelets (`--connections one`: all on one connection, as one
+kubelet), worker w on object w mod objects:
 - `get`: GET a pod;
 - `renew-lease`: UPDATE a node Lease's spec.renewTime with the resourceVersion it last read
   (the kubelet's node lease controller);
@@ -23,7 +24,8 @@ answered, warm-up included) and the added p50 (proxy p50 - direct p50). Ratios: 
 throughput.
 
 Run: `python -m bench.routed_requests [--ops get,renew-lease,patch-status,list]
-[--concurrency 1,16] [--rounds 3] [--duration 5] [--workers N]`.
+[--concurrency 1,16] [--rounds 3] [--duration 5] [--connections separate|one] [--workers N]
+[--event-loop asyncio|uvloop]`.
 """
 
 from __future__ import annotations
@@ -120,13 +122,15 @@ async def create_objects(fed: Federation, objects: int) -> None:
             await s.close()
 
 
-def run_rvcheck(kubeconfig: Path, op: str, concurrency: int, objects: int, duration: float, report: Path) -> dict[str, Any]:
-    """One `rvcheck requests` run; returns its report."""
+def run_rvcheck(kubeconfig: Path, op: str, concurrency: int, objects: int, duration: float, report: Path, *,
+                separate: bool) -> dict[str, Any]:
+    """One `rvcheck requests` run; returns its report. `separate`: one connection per worker
+    (as many kubelets), else all on one HTTP/2 connection (one kubelet)."""
     lease_op = op == "renew-lease"
     names = [f"rp1-bench-{i}" if lease_op else f"bench-{i}" for i in range(objects)]
     argv = [str(RVCHECK), "requests", "--kubeconfig", str(kubeconfig), "--op", op,
             "--namespace", LEASE_NAMESPACE if lease_op else NAMESPACE, "--names", ",".join(names),
-            "--concurrency", str(concurrency), "--duration", f"{duration}s", "--warmup", WARMUP]
+            "--concurrency", str(concurrency), "--connections", str(concurrency if separate else 1), "--duration", f"{duration}s", "--warmup", WARMUP]
     with report.open("wb") as out:
         subprocess.run(argv, stdout=out, stderr=sys.stderr, stdin=subprocess.DEVNULL, timeout=duration + 120, check=False)
     doc = json.loads(report.read_bytes())
@@ -154,7 +158,7 @@ def measure(fed: Federation, proxy: ProxyProcess, kubeconfigs: dict[str, Path], 
                     kubeconfig = kubeconfigs["proxy" if side == "proxy" else direct]
                     report = ARTIFACTS / f"{op}-c{concurrency}-r{rnd}-{side}.json"
                     cpu0 = group_cpu_seconds(sid)
-                    doc = run_rvcheck(kubeconfig, op, concurrency, args.objects, args.duration, report)
+                    doc = run_rvcheck(kubeconfig, op, concurrency, args.objects, args.duration, report, separate=args.connections == "separate")
                     cpu1 = group_cpu_seconds(sid)
                     runs[side].append(doc)
                     if side == "proxy":
@@ -187,6 +191,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,16", help="concurrent requests (comma-separated)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0, help="counted seconds per run")
+    ap.add_argument("--connections", choices=("separate", "one"), default="separate",
+                    help="separate: each concurrent client on its own connection (many kubelets, the default); one: all on one HTTP/2 connection (one kubelet)")
     ap.add_argument("--objects", type=int, default=16, help="pods and node Leases (one per worker)")
     ap.add_argument("--event-loop", default="", help="the proxy's serve --event-loop (default: the proxy's)")
     ap.add_argument("--workers", type=int, default=0, help="proxy worker processes (0: the proxy's default, one per CPU)")

@@ -50,6 +50,8 @@ from bench.common import (
     log,
     mib,
     new_session,
+    proxy_stalls,
+    stall_summary,
     node_names,
     raise_nofile,
     ratio,
@@ -210,6 +212,7 @@ async def run_side(
     gc.collect()
     await asyncio.sleep(args.settle)
     rss0, cpu0 = rss_bytes(pid), cpu_seconds(pid)
+    stalls0 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if name == "proxy" else {}
     # The proxy authorizes cached watches with SubjectAccessReviews to rp1 and rp2: their CPU
     # while the proxy's watchers open is the upstream share of the cost.
     upstream_pids = [setup.apiserver_pid(p) for p in ("rp1", "rp2")] if name == "proxy" else []
@@ -266,6 +269,9 @@ async def run_side(
                 "watchers_ended_early": side.ended,
                 "non_patch_lines": side.other_lines,
             })
+            if name == "proxy":
+                # Whole side: opening, idle, delivery (the proxy's own loop-lag and GC histograms).
+                out["proxy_stalls"] = stall_summary(stalls0, await proxy_stalls(sessions["proxy"], setup.proxy.server))
             log(f"{name}: deliveries {got}/{want}; latency {out['delivery']}")
     finally:
         for task in side.tasks:

@@ -5,11 +5,13 @@ package main
 // proxy and against the partition that owns the objects, in alternating rounds).
 //
 //	rvcheck requests --kubeconfig K --op get|renew-lease|patch-status|list --namespace NS
-//	                 --names a,b,c [--concurrency 16] [--duration 5s] [--warmup 1s]
-//	                 [--content-type protobuf|json]
+//	                 --names a,b,c [--concurrency 16] [--connections 1] [--duration 5s]
+//	                 [--warmup 1s] [--content-type protobuf|json]
 //
-// Every worker shares the process's one clientset, so all requests go over one HTTP/2
-// connection as a kubelet's do (client-go's transport; up to the server's stream limit).
+// --connections N clientsets, each with a transport of its own (one HTTP/2 connection each, as
+// N kubelets); worker w uses clientset w mod N. With the default 1, every request goes over one
+// HTTP/2 connection as a single kubelet's do (client-go's transport; up to the server's stream
+// limit).
 // Worker w works on --names[w mod len(names)]:
 //   - get: GET the pod (namespace NS);
 //   - renew-lease: what a kubelet's node lease controller does every 10 s: GET its Lease once,
@@ -55,6 +57,7 @@ type requestsOptions struct {
 	namespace   string
 	names       []string
 	concurrency int
+	connections int
 	duration    time.Duration
 	warmup      time.Duration
 }
@@ -66,6 +69,7 @@ type requestsReport struct {
 	Server      string         `json:"server"`
 	ContentType string         `json:"content_type"`
 	Concurrency int            `json:"concurrency"`
+	Connections int            `json:"connections"`
 	Seconds     float64        `json:"seconds"` // counted: from the end of the warm-up
 	Requests    int            `json:"requests"`
 	Total       int            `json:"requests_with_warmup"` // answered, warm-up included (for the server's CPU per request)
@@ -87,6 +91,7 @@ func runRequestsCommand(args []string, stderr io.Writer) (any, error) {
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of the pods or Leases (required)")
 	fs.StringVar(&names, "names", "", "comma-separated object names, one per worker in turn (required but for list)")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "workers, each with one request in flight")
+	fs.IntVar(&o.connections, "connections", 1, "clientsets with a connection of their own; worker w uses w mod connections")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "counted time, after the warm-up")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "time before counting")
 	if err := parseFlags(fs, args); err != nil {
@@ -101,8 +106,8 @@ func runRequestsCommand(args []string, stderr io.Writer) (any, error) {
 		return nil, fmt.Errorf("%w: requests: --op must be get, renew-lease, patch-status or list, not %q", errUsage, o.op)
 	case o.namespace == "" || (len(o.names) == 0 && o.op != opList):
 		return nil, fmt.Errorf("%w: requests: --namespace and --names are required", errUsage)
-	case o.concurrency < 1 || o.duration <= 0 || o.warmup < 0:
-		return nil, fmt.Errorf("%w: requests: --concurrency and --duration must be positive, --warmup not negative", errUsage)
+	case o.concurrency < 1 || o.connections < 1 || o.duration <= 0 || o.warmup < 0:
+		return nil, fmt.Errorf("%w: requests: --concurrency, --connections and --duration must be positive, --warmup not negative", errUsage)
 	}
 	if len(o.names) == 0 {
 		o.names = []string{""}
@@ -200,15 +205,18 @@ func runRequests(o requestsOptions, stderr io.Writer) (report requestsReport, er
 	}()
 	report = requestsReport{Scenario: "requests", Op: o.op, ContentType: o.contentType, Concurrency: o.concurrency, Errors: map[string]int{}}
 	// No client-side rate limit (benchConfig): the workers send as fast as answers come back.
-	cfg, err := benchConfig(o.kubeconfig, o.contentType, "rvcheck-requests", false)
-	if err != nil {
-		return report, err
+	clientsets := make([]*kubernetes.Clientset, o.connections)
+	for i := range clientsets {
+		cfg, err := benchConfig(o.kubeconfig, o.contentType, "rvcheck-requests", o.connections > 1)
+		if err != nil {
+			return report, err
+		}
+		report.Server = cfg.Host
+		if clientsets[i], err = kubernetes.NewForConfig(cfg); err != nil {
+			return report, fmt.Errorf("build clientset for %s: %w", cfg.Host, err)
+		}
 	}
-	report.Server = cfg.Host
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return report, fmt.Errorf("build clientset for %s: %w", cfg.Host, err)
-	}
+	report.Connections = o.connections
 	tally := &requestsTally{errors: report.Errors}
 	start := time.Now()
 	tally.countFrom = start.Add(o.warmup)
@@ -217,7 +225,7 @@ func runRequests(o requestsOptions, stderr io.Writer) (report requestsReport, er
 	progress(stderr, "requests: %s x %d on %s for %s (+%s warm-up)", o.op, o.concurrency, report.Server, o.duration, o.warmup)
 	var wg sync.WaitGroup
 	for i := range o.concurrency {
-		w := &requestsWorker{cs: cs, o: o, name: o.names[i%len(o.names)]}
+		w := &requestsWorker{cs: clientsets[i%len(clientsets)], o: o, name: o.names[i%len(o.names)]}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
