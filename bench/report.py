@@ -391,7 +391,9 @@ def render_routed_requests(doc: dict[str, Any], path: Path | None = None) -> str
     header = ["request", "concurrency", "requests/s (proxy / direct)", "ratio", "p50 ms", "added p50 ms", "p99 ms",
               "proxy CPU ms per request", "failed"]
     params = doc.get("params", {})
-    setup = f"proxy workers: {params.get('workers') or 'default'}, event loop: {params.get('event_loop') or 'default'}"
+    setup = (f"proxy workers: {params.get('proxy_workers', params.get('workers') or 'default')}, "
+             f"event loop: {params.get('proxy_event_loop', params.get('event_loop') or 'default')}, "
+             f"connections: {params.get('connections', 'one')} (one per concurrent client, or one for all)")
     return _heading(doc, path) + f"\n{setup}\n\n" + _table(header, rows) + "\n"
 
 

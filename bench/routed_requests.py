@@ -47,6 +47,8 @@ import orjson
 from bench.common import OUT_DIR, REPO, WORK_DIR, client_ssl, emit, host_info, install_sigterm, log, mib, new_session, ratio
 from hack.federation import PROXY_ADMINS_GROUP, Federation
 from hack.proxy_process import ProxyProcess
+from proxy.cli import DEFAULT_EVENT_LOOP
+from proxy.workers import available_cpus
 
 NAME = "routed_requests"
 RVCHECK = REPO / ".local" / "bin" / "rvcheck"
@@ -231,7 +233,8 @@ def main() -> None:
         "benchmark": NAME,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": host_info(),
-        "params": {**vars(args), "warmup": WARMUP},
+        "params": {**vars(args), "warmup": WARMUP, "proxy_workers": args.workers or available_cpus(),
+                   "proxy_event_loop": args.event_loop or DEFAULT_EVENT_LOOP},
         "peer": "the partition that owns the objects (tp1: pods, rp1: node Leases), the same client straight to it",
         "proxy_rss_mib": {"before": mib(rss0), "after": mib(rss1)},
         "cases": cases,
