@@ -145,7 +145,7 @@ class ProxyApp:
         rv.bind(clients)
         app = cls(ctx)
         app._spawn("resource-version-table", rv.run())
-        app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag))
+        app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag, on_tick=app.gc_pauses.drain))
         app._spawn("gc-sweep-frozen", sweep_frozen())
         if ctx.metrics.multiprocess:
             app._spawn("metrics-refresh", _refresh_metrics(ctx))

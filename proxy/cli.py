@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_config:
         return _check_config(args.config)
 
+    faulthandler.enable()  # a crash in a C extension (uvloop, orjson, ssl) leaves its Python stack on stderr
     worker = os.environ.get(WORKER_ENV)
     tag = f" [worker {worker}]" if worker is not None else ""
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s %(name)s{tag} %(message)s")

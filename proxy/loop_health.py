@@ -4,8 +4,9 @@ stream it serves at once, measured so they can be seen in /metrics instead of gu
     probe_loop_lag(histogram)   a background task: sleeps LAG_PROBE_INTERVAL seconds and observes
                                 how much later than asked it woke (seconds), the time a callback
                                 ready to run waited for the loop
-    GcPauses(histogram)         observes every collection's duration (seconds) per generation,
-                                through gc.callbacks, and keeps full collections short: after
+    GcPauses(histogram)         times every collection (seconds) per generation through
+                                gc.callbacks (`drain` observes them into the histogram, outside
+                                the collector), and keeps full collections short: after
                                 each one, its survivors are frozen (gc.freeze) so the next walks
                                 only what was allocated since; `close()` removes the callback
     sweep_frozen()              a background task: every FROZEN_SWEEP_SECONDS unfreezes them,
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Histogram
@@ -39,22 +41,30 @@ FROZEN_SWEEP_SECONDS = 600.0
 LAG_PROBE_INTERVAL = 0.05
 
 
-async def probe_loop_lag(histogram: Histogram, interval: float = LAG_PROBE_INTERVAL) -> None:
-    """Observe the event loop's lag into `histogram` until cancelled."""
+async def probe_loop_lag(histogram: Histogram, interval: float = LAG_PROBE_INTERVAL,
+                         on_tick: Callable[[], None] | None = None) -> None:
+    """Observe the event loop's lag into `histogram` until cancelled; call `on_tick` (e.g.
+    GcPauses.drain) after each probe."""
     loop = asyncio.get_running_loop()
     while True:
         asked = loop.time() + interval
         await asyncio.sleep(interval)
         histogram.observe(max(0.0, loop.time() - asked))
+        if on_tick is not None:
+            on_tick()
 
 
 class GcPauses:
-    """Time every garbage collection into `histogram` (labels: generation) and freeze the
-    survivors of every full collection (see the module docstring)."""
+    """Time every garbage collection and freeze the survivors of every full collection (see the
+    module docstring). The durations are kept in a list and moved into `histogram` (labels:
+    generation) by `drain`, outside the collector: a collection can start inside any allocation,
+    including one made while prometheus-client holds its (non-reentrant) value lock, and
+    observing from the callback then deadlocks the process (seen with multiprocess metrics)."""
 
     def __init__(self, histogram: Histogram) -> None:
         self._children = [histogram.labels(str(g)) for g in range(3)]
         self._started = 0.0
+        self._pending: list[tuple[int, float]] = []  # (generation, seconds) not yet observed
         gc.callbacks.append(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -62,13 +72,20 @@ class GcPauses:
             self._started = time.perf_counter()
             return
         generation = info["generation"]
-        self._children[generation].observe(time.perf_counter() - self._started)
+        self._pending.append((generation, time.perf_counter() - self._started))
         if generation == 2:
             gc.freeze()  # the survivors of this walk are not walked again until sweep_frozen
+
+    def drain(self) -> None:
+        """Observe the collections timed since the last drain."""
+        pending, self._pending = self._pending, []
+        for generation, seconds in pending:
+            self._children[generation].observe(seconds)
 
     def close(self) -> None:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        self.drain()
 
 
 async def sweep_frozen(interval: float = FROZEN_SWEEP_SECONDS) -> None:

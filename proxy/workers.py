@@ -95,6 +95,8 @@ def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
                 asked = stopping and rc in (0, -signal.SIGTERM, -signal.SIGINT)
                 if not asked and code == 0:
                     code = rc if rc > 0 else 1
+                if not asked and stopping:
+                    log.error("worker %d (pid %d) exited with %d while stopping", index, proc.pid, rc)
                 if not stopping:
                     log.error("worker %d (pid %d) exited with %d: stopping the others", index, proc.pid, rc)
                     stopping = True
