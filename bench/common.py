@@ -467,7 +467,8 @@ class Setup:
 
     @classmethod
     def start(
-        cls, name: str, *, caches: list[dict[str, Any]] | None = None, proxy: bool = True, extra: dict[str, Any] | None = None
+        cls, name: str, *, caches: list[dict[str, Any]] | None = None, proxy: bool = True, extra: dict[str, Any] | None = None,
+        event_loop: str | None = None,
     ) -> Setup:
         """Start the federation under .local/bench/work/<name> and (if `proxy`) one proxy with
         `caches` (default: nodes_cache()) and `extra` top-level config keys (e.g. limits).
@@ -483,15 +484,18 @@ class Setup:
             setup.proxy_ssl = client_ssl(fed, crt)
             setup.partition_ssl = {p.name: client_ssl(fed, p.admin_cert) for p in fed.partitions}
             if proxy:
-                setup.start_proxy("proxy", caches=caches if caches is not None else nodes_cache(), extra=extra)
+                setup.start_proxy("proxy", caches=caches if caches is not None else nodes_cache(), extra=extra, event_loop=event_loop)
         except BaseException:
             setup.stop()
             raise
         return setup
 
-    def start_proxy(self, dirname: str, *, caches: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> ProxyProcess:
+    def start_proxy(self, dirname: str, *, caches: list[dict[str, Any]], extra: dict[str, Any] | None = None,
+                    event_loop: str | None = None) -> ProxyProcess:
         t0 = time.monotonic()
         kwargs: dict[str, Any] = {"extra": extra} if extra else {}
+        if event_loop:
+            kwargs["event_loop"] = event_loop
         proxy = ProxyProcess(self.fed, self.fed.root / dirname, partitions=PROXIED, caches=caches, **kwargs)
         self.proxies.append(proxy)
         proxy.start(timeout=180)

@@ -276,6 +276,7 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=3.0, help="seconds before the RSS baseline")
     ap.add_argument("--open-timeout", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--event-loop", default="", help="the proxy's serve --event-loop (default: the proxy's)")
     args = ap.parse_args()
     if not RVCHECK.exists():
         print(f"{NAME}: {RVCHECK} missing: run `bash hack/build-components.sh`", file=sys.stderr)
@@ -295,7 +296,7 @@ def main() -> None:
     }
     for count in counts:
         extra = {"limits": {"max_watches_per_identity": count + 1000}}
-        setup = Setup.start(f"{NAME}-{count}", extra=extra)
+        setup = Setup.start(f"{NAME}-{count}", extra=extra, event_loop=args.event_loop or None)
         try:
             out["cases"].append(asyncio.run(measure(setup, count, args)))
         finally:
