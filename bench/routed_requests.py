@@ -58,12 +58,13 @@ LEASE_NAMESPACE = "kube-node-lease"
 OPS = ("get", "renew-lease", "patch-status", "list")
 WARMUP = "1s"  # rvcheck requests --warmup: the TLS handshake and first requests are not counted
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
-def group_cpu_seconds(sid: int) -> float:
-    """User + system CPU seconds of every process in session `sid` (the proxy is started in a
-    session of its own, so this is all its workers)."""
-    total = 0
+def _session_stats(sid: int) -> list[list[bytes]]:
+    """The /proc/<pid>/stat fields (after the command) of every process in session `sid` (the
+    proxy is started in a session of its own, so these are all its workers)."""
+    out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -73,24 +74,18 @@ def group_cpu_seconds(sid: int) -> float:
         except OSError:
             continue
         if int(fields[3]) == sid:  # field 6 (session); fields[0] is field 3 (state)
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _CLK_TCK
+            out.append(fields)
+    return out
+
+
+def group_cpu_seconds(sid: int) -> float:
+    """User + system CPU seconds of every process in session `sid`."""
+    return sum(int(f[11]) + int(f[12]) for f in _session_stats(sid)) / _CLK_TCK  # utime, stime
 
 
 def group_rss_bytes(sid: int) -> int:
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            if int(fields[3]) != sid:
-                continue
-            total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # rss (pages)
-        except (OSError, IndexError):
-            continue
-    return total
+    """Resident bytes of every process in session `sid`."""
+    return sum(int(f[21]) for f in _session_stats(sid)) * _PAGE_SIZE  # rss, pages
 
 
 def pod(name: str) -> dict[str, Any]:

@@ -396,13 +396,7 @@ class Http2Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._writable.set()
-        for stream in tuple(self._streams.values()):
-            if stream.task is not None:
-                stream.task.cancel()
-            if stream.pushed is not None:
-                stream.pushed.end(Outcome.GONE)
-            else:
-                stream.window_opened()
+        self._end_streams()
         if self._on_close is not None:
             self._on_close(self)
 
@@ -638,11 +632,18 @@ class Http2Connection(asyncio.Protocol):
         self._closing = True
         if self._transport is not None:
             self._transport.close()
+        self._end_streams()
+
+    def _end_streams(self) -> None:
+        """Cancel every stream's task, end every pushed stream as GONE, and wake any task
+        waiting for a stream's window (it then finds the connection closing)."""
         for stream in tuple(self._streams.values()):
             if stream.task is not None:
                 stream.task.cancel()
             if stream.pushed is not None:
                 stream.pushed.end(Outcome.GONE)
+            else:
+                stream.window_opened()
 
     async def shutdown(self, grace: float) -> None:
         """GOAWAY, then wait up to `grace` seconds for the open streams to end, then close."""
