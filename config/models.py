@@ -3,9 +3,10 @@
 Shape (keys are snake_case; every model forbids unknown keys so a typo fails start-up):
 
     listen: {address: 127.0.0.1, port: 6443, tls: {cert_file, key_file, client_ca_file}}
-    partitions:
+    partitions:                          # append only: a new partition goes at the end
       - {name: tp1, role: tenant, kubeconfig: /path/tp1.yaml}
       - {name: rp1, role: resource, kubeconfig: /path/rp1.yaml}
+      - {name: rp0, role: resource, kubeconfig: /path/rp0.yaml, state: retired}
     system_partition: tp1
     tenants:
       namespace_to_tenant: prefix        # prefix | name | map
@@ -53,6 +54,22 @@ class PartitionRole(str, enum.Enum):
 
     TENANT = "tenant"
     RESOURCE = "resource"
+
+
+class PartitionState(str, enum.Enum):
+    """Where a partition is in its life (docs/partition-set.md).
+
+    active: routed to, and new tenants and nodes may be placed in it;
+    draining: still routed to for what it holds, but placement rules may not send new tenants
+      or nodes there (the hash placement skips it);
+    retired: gone. Kept in the list because its slot stays in the proxy resourceVersion
+      encoding (never reused, so every RV issued while it lived still decodes); never routed
+      to, its kubeconfig is not read.
+    """
+
+    ACTIVE = "active"
+    DRAINING = "draining"
+    RETIRED = "retired"
 
 
 class TLSConfig(_Model):
@@ -151,6 +168,12 @@ class PartitionConfig(_Model):
     role: PartitionRole
     kubeconfig: Path
     extra_servers: tuple[str, ...] = ()
+    state: PartitionState = PartitionState.ACTIVE
+
+    @property
+    def live(self) -> bool:
+        """Routed to (active or draining)."""
+        return self.state is not PartitionState.RETIRED
 
     @field_validator("extra_servers")
     @classmethod
@@ -189,6 +212,9 @@ class TenantRules(_Model):
     partitions: dict[str, str] = Field(default_factory=dict)
     ranges: tuple[TenantRange, ...] = ()
     default_partition: str | None = None
+    # tenants being moved between tenant partitions: writes to their namespaces get 503 with
+    # Retry-After until the tenant leaves this list (docs/partition-set.md, "moving a tenant")
+    fenced: tuple[str, ...] = ()
 
 
 class RegexPlacement(_Model):
@@ -330,26 +356,33 @@ class ProxyConfig(_Model):
             if p.name in roles:
                 raise ValueError(f"partitions: duplicate name {p.name!r}")
             roles[p.name] = p.role
-        if PartitionRole.TENANT not in roles.values():
-            raise ValueError("partitions: at least one tenant partition is required")
-        if PartitionRole.RESOURCE not in roles.values():
-            raise ValueError("partitions: at least one resource partition is required")
+        states = {p.name: p.state for p in self.partitions}
+        for role in PartitionRole:
+            if not self.names(role, PartitionState.ACTIVE):
+                raise ValueError(f"partitions: at least one active {role.value} partition is required")
 
-        def need(field: str, name: str, role: PartitionRole) -> None:
+        def need(field: str, name: str, role: PartitionRole, *, placeable: bool = False) -> None:
             if name not in roles:
                 raise ValueError(f"{field}: unknown partition {name!r}")
             if roles[name] is not role:
                 raise ValueError(f"{field}: partition {name!r} is not a {role.value} partition")
+            if states[name] is PartitionState.RETIRED:
+                raise ValueError(f"{field}: partition {name!r} is retired")
+            if placeable and states[name] is not PartitionState.ACTIVE:
+                raise ValueError(f"{field}: partition {name!r} is {states[name].value}: new tenants and nodes go to active partitions only")
 
         need("system_partition", self.system_partition, PartitionRole.TENANT)
         for tenant, name in self.tenants.partitions.items():
             need(f"tenants.partitions.{tenant}", name, PartitionRole.TENANT)
         for i, r in enumerate(self.tenants.ranges):
             need(f"tenants.ranges.{i}.partition", r.partition, PartitionRole.TENANT)
-        if self.auth.token_review_partition is not None and self.auth.token_review_partition not in roles:
-            raise ValueError(f"auth.token_review_partition: unknown partition {self.auth.token_review_partition!r}")
+        if self.auth.token_review_partition is not None and states.get(self.auth.token_review_partition, PartitionState.RETIRED) is PartitionState.RETIRED:
+            raise ValueError(f"auth.token_review_partition: unknown or retired partition {self.auth.token_review_partition!r}")
         if self.tenants.default_partition is not None:
-            need("tenants.default_partition", self.tenants.default_partition, PartitionRole.TENANT)
+            need("tenants.default_partition", self.tenants.default_partition, PartitionRole.TENANT, placeable=True)
+        for tenant in self.tenants.fenced:
+            if not tenant:
+                raise ValueError("tenants.fenced: a tenant name is not empty")
         for prefix, name in self.nodes.prefixes.items():
             need(f"nodes.prefixes.{prefix}", name, PartitionRole.RESOURCE)
         for i, rx in enumerate(self.nodes.regex):
@@ -363,6 +396,11 @@ class ProxyConfig(_Model):
             )
         return self
 
-    def names(self, role: PartitionRole) -> tuple[str, ...]:
-        """Partition names of one role, in configuration order (the proxy RV slot order)."""
-        return tuple(p.name for p in self.partitions if p.role is role)
+    def names(self, role: PartitionRole, *states: PartitionState) -> tuple[str, ...]:
+        """Partition names of one role in configuration order: every one (retired too: the
+        proxy RV slot order of the role's RV space), or those in one of `states`."""
+        return tuple(p.name for p in self.partitions if p.role is role and (not states or p.state in states))
+
+    def live_names(self, role: PartitionRole) -> tuple[str, ...]:
+        """The partitions of one role that are routed to (active and draining)."""
+        return self.names(role, PartitionState.ACTIVE, PartitionState.DRAINING)

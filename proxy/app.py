@@ -4,6 +4,7 @@ task started in one place and given an owner, the listener, and a graceful stop.
     ProxyApp.start(config)  open a PartitionClient per partition, learn the namespaced resources
                             from the system partition's discovery, start the resourceVersion table
                             loop and a reflector per (cache, partition) once the table is loaded
+    app.reconfigure(change) a new partition set, without a restart (proxy.partition_set)
     app.listen(...)         serve the pipeline on a TCP port (TLS; HTTP/2 or HTTP/1.1 by ALPN)
     app.stop(grace)         stop accepting, end every open stream cleanly (clients re-watch on
                             another replica), give other requests `grace` seconds, cancel and
@@ -17,9 +18,11 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from config import ConfigError
+from config.changes import RuntimeChange
 from config.models import PartitionRole, ProxyConfig
 from proxy.authn import Authenticator
 from proxy.authz import Authorizer
@@ -34,8 +37,9 @@ from proxy.fronts.listener import Listener
 from proxy.loop_health import GcPauses, probe_loop_lag, sweep_frozen
 from proxy.metrics import METRICS_REFRESH_SECONDS, Metrics
 from proxy.overload import InflightLimiter
+from proxy.partition_set import PartitionSet
 from proxy.pipeline.chain import Pipeline
-from proxy.rv_epochs import ResourceVersions
+from proxy.rv_epochs import ResourceVersions, TableUnavailable
 from proxy.watch_limits import WatchLimiter
 from routing.decide import RoutingState, owner_filter
 from routing.placement import Placement
@@ -53,12 +57,23 @@ def build_resource_versions(config: ProxyConfig) -> ResourceVersions:
         raise ConfigError(f"partitions: {exc}") from None
 
 
-def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None) -> tuple[list[WatchCache], dict[str, str]]:
-    """The configured watch caches and the node index the node cache keeps. Raises
-    ConfigError naming the field when a cache's selector does not parse."""
+# seconds a partition-set change waits for the resourceVersion table to get an epoch of the new
+# RV spaces (a sync: a table read, a probe of every partition, a write; tens of ms) before the
+# change is refused and the running set stays.
+SPACE_WAIT_SECONDS = 10.0
+
+
+def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None,
+                 routing: Callable[[], RoutingState] | None = None) -> tuple[list[WatchCache], dict[str, str]]:
+    """The configured watch caches and the node index the node cache keeps. `routing` gives
+    the routing state in force (tenant caches drop the copies of namespaces a partition does not
+    own); by default the config's. Raises ConfigError naming the field when a cache's selector
+    does not parse."""
     rv = rv or build_resource_versions(config)
     node_index: dict[str, str] = {}
-    state = RoutingState(Placement.from_config(config), frozenset())
+    if routing is None:
+        state = RoutingState(Placement.from_config(config), frozenset())
+        routing = lambda: state  # noqa: E731
 
     def on_node(name: str, partition: str | None) -> None:
         if partition is None:
@@ -85,7 +100,7 @@ def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None) -> tup
                 label_selector=label_selector,
                 field_selector=field_selector,
                 on_node=on_node if is_nodes else None,
-                keep=owner_filter(by_name, state) if spec.role is PartitionRole.TENANT else None,
+                keep=owner_filter(by_name, routing) if spec.role is PartitionRole.TENANT else None,
             )
         )
     return caches, node_index
@@ -93,6 +108,8 @@ def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None) -> tup
 
 class ProxyApp:
     """A running proxy (see the module docstring). `tasks` are its background tasks by name."""
+
+    partition_set: PartitionSet
 
     def __init__(self, ctx: ProxyContext) -> None:
         self.ctx = ctx
@@ -114,16 +131,19 @@ class ProxyApp:
         return listener
 
     @classmethod
-    async def start(cls, config: ProxyConfig) -> ProxyApp:
-        """Build every part and start the background tasks. Raises ConfigError (a bad cache
-        selector), OSError/ValueError (an unusable kubeconfig), UpstreamError or ValueError (the
-        system partition's discovery cannot be read)."""
+    async def start(cls, config: ProxyConfig, *, config_path: Path | None = None) -> ProxyApp:
+        """Build every part and start the background tasks (with `config_path`, one follows
+        the file for partition-set changes). Raises ConfigError (a bad cache selector),
+        OSError/ValueError (an unusable kubeconfig), UpstreamError or ValueError (the system
+        partition's discovery cannot be read)."""
         rv = build_resource_versions(config)
-        caches, node_index = build_caches(config, rv)
+        holder: list[ProxyContext] = []
+        caches, node_index = build_caches(config, rv, routing=lambda: holder[0].routing)
         clients: dict[str, PartitionClient] = {}
         try:
             for p in config.partitions:
-                clients[p.name] = await open_partition(p, config.upstream, config.failure)
+                if p.live:
+                    clients[p.name] = await open_partition(p, config.upstream, config.failure)
             namespaced = await namespaced_resources(clients[config.system_partition])
         except BaseException:
             for client in clients.values():
@@ -142,19 +162,92 @@ class ProxyApp:
             overload=InflightLimiter(config.failure),
             rv=rv,
         )
+        holder.append(ctx)
         rv.bind(clients)
         app = cls(ctx)
+        app.partition_set = PartitionSet(config, config_path, ctx.metrics, app.reconfigure)
+        ctx.debug_partitions = app.partition_set.debug
         app._spawn("resource-version-table", rv.run())
+        app._spawn("partition-set", app.partition_set.run())
         app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag, on_tick=app.gc_pauses.drain))
         app._spawn("gc-sweep-frozen", sweep_frozen())
         if ctx.metrics.multiprocess:
             app._spawn("metrics-refresh", _refresh_metrics(ctx))
         for cache in caches:
             for partition in cache.space:
-                reflector = Reflector(cache=cache, client=clients[partition])
-                app._spawn(f"reflector:{cache.spec.name}:{partition}", _after(rv.ready, reflector.run))
+                if partition in clients:
+                    app._start_reflector(cache, partition)
         log.info("serving %d partitions, %d namespaced resources, %d caches", len(clients), len(namespaced), len(caches))
         return app
+
+    def _start_reflector(self, cache: WatchCache, partition: str) -> None:
+        reflector = Reflector(cache=cache, client=self.ctx.clients[partition])
+        self._spawn(f"reflector:{cache.spec.name}:{partition}", _after(self.ctx.rv.ready, reflector.run))
+
+    async def reconfigure(self, change: RuntimeChange) -> None:
+        """Serve the partition set of `change.config` from now on, without a restart
+        (docs/partition-set.md). In order: open the clients of partitions that joined; give the
+        RV spaces their codecs and wait until the shared table has an epoch of each (the first
+        RV a joined partition's event gets must decode on every replica); stop the reflectors of
+        retired partitions; then, in one loop turn (atomic for every request and watch of this
+        process), replace the routing state, rebase the watch caches (joined partitions'
+        reflectors start: their objects reach open cache watchers as ADDED; retired ones'
+        objects leave as DELETED) and tell open union watches; last, close retired clients.
+        Raises ConfigError when the change cannot be applied; the running set is then kept."""
+        ctx = self.ctx
+        config = change.config
+        previous = ctx.config
+        opened: dict[str, PartitionClient] = {}
+        try:
+            ctx.rv.configure(config)
+        except ValueError as exc:
+            ctx.rv.configure(previous)
+            raise ConfigError(f"partitions: {exc}") from None
+        try:
+            for p in config.partitions:
+                if p.name in change.joined:
+                    opened[p.name] = await open_partition(p, config.upstream, config.failure)
+            ctx.clients.update(opened)
+            await self._wait_for_spaces()
+        except (ConfigError, OSError, ValueError) as exc:
+            for name, client in opened.items():
+                ctx.clients.pop(name, None)
+                await client.close()
+            ctx.rv.configure(previous)
+            raise ConfigError(f"partition set: {exc}") from None
+        for cache in ctx.caches:
+            for partition in change.retired:
+                task = self.tasks.pop(f"reflector:{cache.spec.name}:{partition}", None)
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        # From here to the listeners: no await (one loop turn).
+        ctx.config = config
+        ctx.routing = RoutingState(Placement.from_config(config), ctx.routing.namespaced, ctx.routing.node_index)
+        for cache in ctx.caches:
+            for partition in cache.rebase(ctx.rv.codec(config.names(cache.spec.role))):
+                self._start_reflector(cache, partition)
+        ctx.cache_specs = [c.policy_spec() for c in ctx.caches]
+        ctx.partition_set_changed()
+        for name in change.retired:
+            if name in ctx.clients:
+                await ctx.clients.pop(name).close()
+
+    async def _wait_for_spaces(self) -> None:
+        """Wait until the shared table has an epoch of every current RV space (publishing one
+        through a sync). Raises ConfigError after SPACE_WAIT_SECONDS."""
+        rv = self.ctx.rv
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SPACE_WAIT_SECONDS
+        while not rv.covers():
+            if loop.time() > deadline:
+                raise ConfigError(f"the resourceVersion table got no epoch of the new partitions within {SPACE_WAIT_SECONDS:.0f} s")
+            try:
+                await asyncio.wait_for(rv.sync(), max(0.1, deadline - loop.time()))
+            except (TableUnavailable, asyncio.TimeoutError) as exc:
+                log.warning("partition set: waiting for the resourceVersion table: %s", exc)
+                await asyncio.sleep(0.5)
 
     def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
         """Start a named background task, logged if it ever ends by itself."""

@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return _check_config(args.config)
 
     faulthandler.enable()  # a crash in a C extension (uvloop, orjson, ssl) leaves its Python stack on stderr
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a reload, never a hang-up, even before the loop handles it
     worker = os.environ.get(WORKER_ENV)
     tag = f" [worker {worker}]" if worker is not None else ""
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s %(name)s{tag} %(message)s")
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     shrink_ssl_read_buffers()
     try:
         with asyncio.Runner(loop_factory=_loop_factory(args.event_loop)) as runner:
-            runner.run(run_proxy(config, ssl_context, reuse_port=args.reuse_port))
+            runner.run(run_proxy(config, ssl_context, reuse_port=args.reuse_port, config_path=args.config))
     except Exception as exc:  # start-up failures: one line, no traceback
         print(f"partition-proxy: start-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -177,14 +178,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
-async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None, *, reuse_port: bool = False) -> None:
+async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None, *, reuse_port: bool = False,
+                    config_path: Path | None = None) -> None:
     """Run the proxy until SIGINT or SIGTERM, then stop gracefully: open watches end at once,
-    other requests in flight get `failure.shutdown_grace_seconds`."""
+    other requests in flight get `failure.shutdown_grace_seconds`. SIGHUP re-reads
+    `config_path` (the partition set changes at runtime: proxy.partition_set)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    app = await ProxyApp.start(config)
+    hangups: list[None] = []  # a SIGHUP during start-up is a reload once started
+    loop.add_signal_handler(signal.SIGHUP, hangups.append, None)
+    app = await ProxyApp.start(config, config_path=config_path)
+    loop.add_signal_handler(signal.SIGHUP, app.partition_set.reload_soon)
+    if hangups:
+        app.partition_set.reload_soon()
     try:
         if reuse_port:
             # A worker among several: the kernel hands it connections as soon as it listens, and

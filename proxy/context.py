@@ -4,6 +4,7 @@ singletons)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -38,6 +39,11 @@ class ProxyContext:
     # on another replica (the failure semantics in README.md)
     streams: set[Callable[[], None]] = field(default_factory=set)
     shutting_down: bool = False
+    # called (plain defs, in one loop turn) after the partition set changed: open union
+    # watches take partitions that joined and end on ones that retired (proxy.partition_set)
+    partition_set_listeners: set[Callable[[], None]] = field(default_factory=set)
+    # what /debug/partitions shows (proxy.partition_set.PartitionSet.debug), set by proxy.app
+    debug_partitions: Callable[[], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.cache_specs:
@@ -53,6 +59,20 @@ class ProxyContext:
             yield
         finally:
             self.streams.discard(closer)
+
+    @contextmanager
+    def partition_set_listener(self, listener: Callable[[], None]) -> Iterator[None]:
+        """Tell `listener` about changes of the partition set for the duration of the block."""
+        self.partition_set_listeners.add(listener)
+        try:
+            yield
+        finally:
+            self.partition_set_listeners.discard(listener)
+
+    def partition_set_changed(self) -> None:
+        """Call every listener (plain def: atomic with the change that preceded it)."""
+        for listener in tuple(self.partition_set_listeners):
+            listener()
 
     def end_streams(self) -> None:
         """Ask every open stream to end now (plain def: runs atomically)."""

@@ -1,7 +1,7 @@
 """The proxy's own endpoints, answered without authentication (health probes carry no
 credential): `/livez` and `/healthz` (the process serves), `/readyz` (the resourceVersion table
-is loaded and every watch cache has synced), `/metrics` (Prometheus text), `/debug/caches` and
-`/debug/resource-versions` (JSON for people). GET and HEAD only; any other method on these
+is loaded and every watch cache has synced), `/metrics` (Prometheus text), `/debug/caches`,
+`/debug/resource-versions` and `/debug/partitions` (JSON for people). GET and HEAD only; any other method on these
 paths is an API request like any other (the partitions answer it).
 """
 
@@ -30,6 +30,7 @@ class Endpoints:
             "/metrics": self.metrics,
             "/debug/caches": self.debug_caches,
             "/debug/resource-versions": self.debug_resource_versions,
+            "/debug/partitions": self.debug_partitions,
         }
 
     def find(self, method: str, raw_path: str) -> Endpoint | None:
@@ -69,3 +70,9 @@ class Endpoints:
     async def debug_resource_versions(self, request: Request) -> Answer:
         """The epoch table this replica serves with and the partitions' positions it last saw."""
         return Answer(200, orjson.dumps(self.ctx.rv.debug()))
+
+    async def debug_partitions(self, request: Request) -> Answer:
+        """The partition-set version this process serves, each partition's state, fenced
+        tenants and the last refused reload (proxy.partition_set)."""
+        show = self.ctx.debug_partitions
+        return Answer(200, orjson.dumps(show() if show is not None else {}))

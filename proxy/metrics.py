@@ -18,6 +18,10 @@ partition_proxy_connections{protocol}, partition_proxy_connections_accepted{prot
 partition_proxy_event_loop_lag_seconds: how much later than asked a probe sleeping 50 ms woke
   (proxy.loop_health): the wait of every ready callback, the signal of a stalled loop.
 partition_proxy_gc_pause_seconds{generation}: duration of each garbage collection.
+partition_proxy_partition_set_info{version}: 1 for the partition-set version this process serves
+  (config.changes.partition_set_version; with workers, the number of workers serving it), 0
+  for versions it served before. partition_proxy_partition_set_reloads_total{result}: reloads
+  of the config file (applied, unchanged, refused).
 partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
 partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
 
@@ -74,6 +78,8 @@ class Metrics:
     connections_accepted: Gauge
     loop_lag: Histogram
     gc_pause: Histogram
+    partition_set: Gauge
+    reloads: Counter
     multiprocess: bool = False
     _connection_counts: list[tuple[Callable[[], Mapping[str, int]], Mapping[str, int]]] = field(default_factory=list)
 
@@ -195,6 +201,18 @@ class Metrics:
                 "Duration of each garbage collection, in seconds, per generation.",
                 ("generation",),
                 buckets=_PAUSE_BUCKETS,
+                registry=registry,
+            ),
+            partition_set=Gauge(
+                "partition_proxy_partition_set_info",
+                "1 for the partition-set version served (summed over workers), 0 for earlier ones.",
+                ("version",),
+                multiprocess_mode="livesum", registry=registry,
+            ),
+            reloads=Counter(
+                "partition_proxy_partition_set_reloads",
+                "Reloads of the config file by result: applied, unchanged, refused.",
+                ("result",),
                 registry=registry,
             ),
             cache_resource_version=Gauge(

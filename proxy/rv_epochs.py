@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from config.models import PartitionRole, ProxyConfig
+from config.models import PartitionRole, PartitionState, ProxyConfig
 from proxy.clients.errors import APIConflict, APINotFound, UpstreamError
 from proxy.clients.partition import PartitionClient
 from routing import rv as rvcodec
@@ -45,16 +45,48 @@ class ResourceVersions:
 
     def __init__(self, config: ProxyConfig) -> None:
         self._config = config.resource_versions
-        self._system_name = config.system_partition
         self._clients: dict[str, PartitionClient] = {}
-        spaces = [config.names(PartitionRole.TENANT), config.names(PartitionRole.RESOURCE)]
-        self.codecs: dict[tuple[str, ...], rvcodec.RVCodec] = {s: rvcodec.RVCodec(s) for s in spaces}
+        self.codecs: dict[tuple[str, ...], rvcodec.RVCodec] = {}
+        self.spaces: list[tuple[str, ...]] = []
+        self._every_codec: list[rvcodec.RVCodec] = []  # also those of earlier partition sets, still held by open watches
         self.table = rvcodec.EpochTable()
         self.ready = asyncio.Event()
         self._wake = asyncio.Event()
         self._last_sync = 0.0
         self._current: dict[str, int] = {}
         self.epochs_published = 0
+        self.configure(config)
+
+    def configure(self, config: ProxyConfig) -> None:
+        """Take the RV spaces of `config` (at start-up, and when the partition set changes): a
+        codec per role over every partition of it, retired ones marked. A space met before keeps
+        its codec object unless its retired set changed. Raises ValueError when two partition
+        names share an object-form id (a 32-bit hash: practically never)."""
+        self._system_name = config.system_partition
+        spaces = []
+        for role in (PartitionRole.TENANT, PartitionRole.RESOURCE):
+            space = config.names(role)
+            retired = frozenset(config.names(role, PartitionState.RETIRED))
+            codec = self.codecs.get(space)
+            if codec is None or codec.retired != retired:
+                codec = rvcodec.RVCodec(space, self.table, retired=retired)
+                self.codecs[space] = codec
+                self._every_codec.append(codec)
+            spaces.append(space)
+        self.spaces = spaces
+
+    def codec_extending(self, space: tuple[str, ...]) -> rvcodec.RVCodec | None:
+        """The codec of the current space that starts with `space` (the same role after a
+        partition-set change: slots are append-only), None if none does."""
+        for current in self.spaces:
+            if current[: len(space)] == space:
+                return self.codecs[current]
+        return None
+
+    def covers(self) -> bool:
+        """Whether the table has an epoch of every current space (a new space has none until
+        the next sync publishes one)."""
+        return all(self.table.newest(space) is not None for space in self.spaces)
 
     def bind(self, clients: dict[str, PartitionClient]) -> None:
         """The partitions' clients, once they are open (before `run`)."""
@@ -84,11 +116,13 @@ class ResourceVersions:
 
     async def start_vector(self, codec: rvcodec.RVCodec, client_rv: str) -> tuple[int, ...] | None:
         """The vector a client's RV names for a union list or watch: None for ""/"0"/non-numeric.
-        Raises RVError (also for an RV that does not name a position in every partition)."""
+        A 0 field of a vector-form RV (a partition its epoch did not have yet, or one that joined
+        while the client watched) reads "nothing seen": the union starts that partition from its
+        beginning. Raises RVError (also for an object-form RV: one object's, not a position)."""
         if not client_rv.isdigit() or client_rv == "0":
             return None
         vector = await self.decode(codec, client_rv)
-        if not all(vector):
+        if not codec.is_vector_form(client_rv) and not codec.is_complete(vector):
             raise rvcodec.RVNotInSpace("resourceVersion does not name a position in every partition")
         return vector
 
@@ -141,8 +175,8 @@ class ResourceVersions:
         for _ in range(_WRITE_ATTEMPTS):
             table, version = await self._read()
             updated = table
-            for space in self.codecs:
-                current = [self._current.get(p, 0) for p in space]
+            for space in self.spaces:
+                current = [self._position(p, table) for p in space]
                 if not all(current):
                     continue  # a partition's position is not known yet: decide next round
                 updated = rvcodec.catch_up(
@@ -157,11 +191,20 @@ class ResourceVersions:
         # Lost every race: install what was read; the next round tries again.
         self._install(table)
 
+    def _position(self, partition: str, table: rvcodec.EpochTable) -> int:
+        """A partition's last known native RV; for one that is not probed (retired) and not
+        seen by this process, the highest base an epoch gives it (its field never moves again)."""
+        known = self._current.get(partition, 0)
+        if known or partition in self._clients:
+            return known
+        bases = [b for e in table.epochs for p, b in zip(e.partitions, e.base) if p == partition]
+        return max(bases, default=0) or 1
+
     def _install(self, table: rvcodec.EpochTable) -> None:
         self.table = table
-        for codec in self.codecs.values():
+        for codec in self._every_codec:
             codec.set_table(table)
-        if all(table.newest(space) is not None for space in self.codecs):
+        if self.covers():
             self.ready.set()
 
     # -- I/O -----------------------------------------------------------------------------------
@@ -227,6 +270,6 @@ class ResourceVersions:
                 ",".join(space): (lambda e: {"epoch": e.number, "slotBits": e.slot_bits, "base": list(e.base)} if e else None)(
                     self.table.newest(space)
                 )
-                for space in self.codecs
+                for space in self.spaces
             },
         }

@@ -115,7 +115,7 @@ async def union_list(ex: Exchange, ctx: ProxyContext, *, fallback: Fallback | No
             ctx.metrics.degraded.labels(partition, "partial").inc()
 
     lists = [PartitionList(p, route.slot(p), raw) for p, _, _, raw in parts]
-    keep = route_keep(info, route, ctx.routing)
+    keep = route_keep(info, route, lambda: ctx.routing)
     try:
         if len(media) > 1:
             raise ValueError(f"partitions answered in different media types: {sorted(m.value for m in media)}")

@@ -73,13 +73,16 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
     if accept is None:
         return await ex.respond(answers.not_acceptable())
     streaming_start = start is None and client_rv in {"", "0"}
+    # partitions the client's RV has seen nothing of (they joined after it was issued)
+    unseen = {p for p in route.partitions if start is not None and not start[route.slot(p)]}
     merge = WatchMerge(
         codec=codec,
         start=start or (0,) * len(route.rv_space),
-        initial=set(route.partitions) if (client_sie or streaming_start) else set(),
+        initial=set(route.partitions) if (client_sie or streaming_start) else set(unseen),
         client_initial_events=client_sie,
         bookmarks=query.get("allowWatchBookmarks", "").lower() in _TRUE,
-        keep=route_keep(info, route, ctx.routing),
+        keep=route_keep(info, route, lambda: ctx.routing),
+        joining=set() if (client_sie or streaming_start) else set(unseen),
     )
 
     headers = upstream_request_headers(request.headers)
@@ -90,19 +93,23 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
     def upstream_query(partition: str) -> str:
         """The partition's query at each (re)open: from its last RV, still streaming its initial
         events if it had not finished them."""
-        native = merge.vector[route.slot(partition)]
+        native = merge.vector[merge.space.index(partition)]
+        joining = partition in merge.joining
         replace: dict[str, str | None] = {"timeoutSeconds": None, "watch": "true", "allowWatchBookmarks": "true",
-                                          "resourceVersion": str(native) if native else client_rv}
+                                          "resourceVersion": str(native) if native else ("" if joining else client_rv)}
         first = streams[partition].opened == 0
-        if (first or partition in merge.initial) and (client_sie or streaming_start):
+        if ((first or partition in merge.initial) and (client_sie or streaming_start)) or (joining and not native):
             replace |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         else:
             replace |= {"sendInitialEvents": None, "resourceVersionMatch": None}
         return translated_query(request.query_string, replace=replace)
 
+    def stream_of(p: str) -> WatchStream:
+        return WatchStream(ctx.clients[p], info.upstream_path, query=functools.partial(upstream_query, p), headers=headers,
+                           identity=ex.identity, backoff=_REOPEN)
+
     for p in route.partitions:
-        streams[p] = WatchStream(ctx.clients[p], info.upstream_path, query=functools.partial(upstream_query, p), headers=headers,
-                                 identity=ex.identity, backoff=_REOPEN)
+        streams[p] = stream_of(p)
     try:
         refused = await _open_all(streams)
         if refused is not None:
@@ -110,7 +117,7 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
         first = next(iter(streams.values()))
         if len({s.protobuf for s in streams.values()}) > 1:
             return await ex.respond(answers.bad_gateway("partitions answered the watch in different media types"))
-        await _stream(ex, ctx, merge, streams, first_type=first.content_type)
+        await _stream(ex, ctx, merge, streams, first_type=first.content_type, stream_of=stream_of)
     finally:
         for stream in streams.values():
             await stream.close()
@@ -132,7 +139,8 @@ async def _open_all(streams: dict[str, WatchStream]) -> Answer | None:
     return None
 
 
-async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: dict[str, WatchStream], *, first_type: str) -> None:
+async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: dict[str, WatchStream], *, first_type: str,
+                  stream_of: Callable[[str], WatchStream]) -> None:
     protobuf = next(iter(streams.values())).protobuf
     queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=_EVENT_QUEUE_DEPTH)
 
@@ -148,12 +156,31 @@ async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: d
             queue.get_nowait()
         queue.put_nowait(("", b""))
 
+    def on_partition_set() -> None:
+        """The partition set changed (plain def: runs atomically). A partition that joined
+        the role is watched from its beginning, its objects reach the client as ADDED events;
+        one that retired ends the watch with 410 (what it sent cannot be taken back one object
+        at a time: the client relists, as after any expired watch)."""
+        codec = ctx.rv.codec_extending(merge.space)
+        if codec is None or codec is merge.codec:
+            return
+        gone = sorted(p for p in streams if p in codec.retired)
+        if gone:
+            while queue.full():
+                queue.get_nowait()
+            message = f"partition {gone[0]} left the partition set: relist"
+            queue.put_nowait((gone[0], _status_event(410, orjson.dumps(expired(message)), protobuf=protobuf)))
+            return
+        for p in merge.rebase(codec):
+            streams[p] = stream_of(p)
+            tasks.append(asyncio.create_task(pump(p, streams[p]), name=f"union-watch:{p}"))
+
     await ex.writer.start(200, CIMultiDict({"Content-Type": first_type or "application/json"}))
     deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)
     tasks = [asyncio.create_task(pump(p, s), name=f"union-watch:{p}") for p, s in streams.items()]
     on_event = merge.on_frame if protobuf else merge.on_line
     try:
-        with ctx.stream(finish), contextlib.suppress(TimeoutError):  # TimeoutError: the watch's lifetime is over
+        with ctx.stream(finish), ctx.partition_set_listener(on_partition_set), contextlib.suppress(TimeoutError):
             async with asyncio.timeout_at(deadline):
                 while not merge.finished:
                     batch = [await queue.get()]

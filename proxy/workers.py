@@ -68,7 +68,7 @@ def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     stopping = False
 
-    def stop_all(signum: int = signal.SIGTERM) -> None:
+    def stop_all(signum: int = signal.SIGTERM) -> None:  # also forwards SIGHUP
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signum)
@@ -78,7 +78,11 @@ def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
         stopping = True
         stop_all(signum)
 
+    def on_hangup(signum: int, frame: object) -> None:  # reload the config: every worker re-reads it
+        stop_all(signal.SIGHUP)
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     code = 0
     try:
         for index in range(workers):

@@ -112,8 +112,8 @@ def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSp
             vector = spec.codec.decode(rv)
         except rvcodec.RVError:
             return None  # the partitions (or the proxy's union) answer it
-        if not all(vector):
-            return None
+        if not spec.codec.is_vector_form(rv) and not spec.codec.is_complete(vector):
+            return None  # one object's RV, not a position: the union answers it
 
     name = info.name or _selected_name(field_selector)
     bookmarks = query.get("allowWatchBookmarks", "").lower() in _TRUE

@@ -13,8 +13,14 @@ Cluster-wide LIST/WATCH (and deletecollection) of a namespaced resource is a uni
 of a node-scoped resource, a union over all RPs.
 
 Every resource that can be merged (node-scoped or namespaced, and namespaces themselves) lives
-in one proxy RV space (`Route.rv_space`): the partitions whose native RVs form its RV vector.
-Cluster-scoped system objects (clusterroles, CRDs, ...) are never merged and keep native RVs.
+in one proxy RV space (`Route.rv_space`): the partitions whose native RVs form its RV vector,
+every partition of the role in configuration order, retired ones included (their slots are
+never reused); unions go to the live ones only. Cluster-scoped system objects (clusterroles,
+CRDs, ...) are never merged and keep native RVs.
+
+A write of a namespaced object (or of a namespace) whose tenant is being moved between tenant
+partitions (`tenants.fenced`) is refused with 503 and Retry-After: no write lands in either
+tenant partition until the move's routing switch (docs/partition-set.md).
 """
 
 from __future__ import annotations
@@ -24,13 +30,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing.placement import NODE_LEASE_NAMESPACE, Placement
+from routing.placement import NODE_LEASE_NAMESPACE, SYSTEM_NAMESPACES, Placement
 from routing.requestinfo import RequestInfo
 
 NODE_SCOPED = frozenset({("", "nodes"), ("storage.k8s.io", "csinodes")})
 NODE_LEASE = ("coordination.k8s.io", "leases")
 NAMESPACES = ("", "namespaces")
 _UNION_VERBS = frozenset({"list", "watch", "deletecollection"})
+_WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+# seconds; what a write to a fenced tenant is told to wait before retrying: a tenant move's
+# switch is a config reload every replica picks up within seconds (proxy.partition_set).
+FENCE_RETRY_AFTER = 5
 
 
 class RouteKind(enum.Enum):
@@ -71,6 +81,7 @@ class Route:
     reason: str = ""
     message: str = ""
     plain_text: bool = False  # answer `message` as text/plain, as kube-apiserver does for unknown paths
+    retry_after: int = 0  # seconds, for a REJECT that the client should retry (Retry-After)
 
     def slot(self, partition: str) -> int:
         """The slot of `partition` in this route's RV space. Raises ValueError if absent."""
@@ -112,11 +123,17 @@ def rv_space_of(info: RequestInfo, state: RoutingState) -> tuple[str, ...]:
     if not info.is_resource_request or info.malformed:
         return ()
     if is_node_scoped(info) or is_pinned_lease_list(info, p):
-        return p.resource_partitions
+        return p.resource_space
     key = (info.api_group, info.resource)
     if info.namespace or key == NAMESPACES or key in state.namespaced:
-        return p.tenant_partitions
+        return p.tenant_space
     return ()
+
+
+def _fenced(tenant: str) -> Route:
+    return Route(RouteKind.REJECT, status_code=503, reason="ServiceUnavailable",
+                 message=f"tenant {tenant!r} is being moved between tenant partitions; retry shortly",
+                 retry_after=FENCE_RETRY_AFTER)
 
 
 def owner_of_namespaced(namespace: str, state: RoutingState, *, tenant: str = "") -> str:
@@ -129,23 +146,24 @@ def owner_of_namespaced(namespace: str, state: RoutingState, *, tenant: str = ""
 KeepFn = Callable[[str, dict[str, Any]], bool]
 
 
-def owner_filter(by_name: bool, state: RoutingState) -> KeepFn:
+def owner_filter(by_name: bool, state: Callable[[], RoutingState]) -> KeepFn:
     """Keep only objects the partition that sent them owns: every TP has its own `default`,
     `kube-system`, ..., and a union must show each namespace once. `by_name`: the
     objects are namespaces (owned by their name) rather than namespaced objects. A Table's row
-    is judged by its object."""
+    is judged by its object. `state` gives the routing state in force at each call (a watch
+    outlives a change of the partition set)."""
 
     def keep(partition: str, obj: dict[str, Any]) -> bool:
         meta = object_meta(obj)
         namespace = meta.get("name") if by_name else meta.get("namespace")
         if not namespace:
             return True
-        return owner_of_namespaced(namespace, state) == partition
+        return owner_of_namespaced(namespace, state()) == partition
 
     return keep
 
 
-def route_keep(info: RequestInfo, route: Route, state: RoutingState) -> KeepFn | None:
+def route_keep(info: RequestInfo, route: Route, state: Callable[[], RoutingState]) -> KeepFn | None:
     """The owner filter a union route needs, None when it needs none."""
     if not route.owner_filter:
         return None
@@ -203,6 +221,13 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         return Route(RouteKind.FORWARD, (p.resource_partitions[0],), space)
 
     # 3. Tenant-scoped objects.
+    if p.fenced and info.verb in _WRITE_VERBS:
+        namespace = info.namespace or (
+            (info.name or (body_name if info.verb == "create" else None) or "") if key == NAMESPACES else ""
+        )
+        tenant = info.tenant or (p.tenant_of_namespace(namespace) if namespace else "")
+        if tenant in p.fenced and (not namespace or namespace not in SYSTEM_NAMESPACES):
+            return _fenced(tenant)
     if key == NAMESPACES:
         name = info.name or (body_name if info.verb == "create" else None)
         if name:

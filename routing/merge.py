@@ -102,7 +102,7 @@ def merge_lists(parts: Sequence[PartitionList], *, codec: rvcodec.RVCodec, keep:
     meta = dict(merged.get("metadata") or {})
     meta.pop("continue", None)
     meta.pop("remainingItemCount", None)
-    if all(vector):
+    if codec.is_complete(vector):
         meta["resourceVersion"] = codec.encode(vector)
     merged["metadata"] = meta
     merged[rows_key] = out_items
@@ -139,7 +139,7 @@ def merge_protobuf_lists(parts: Sequence[PartitionList], *, codec: rvcodec.RVCod
             items.append(pb.rewrite_item_rvs(item, to_object))
     if envelope is None:
         raise ValueError("no partition answered")
-    list_rv = codec.encode(vector) if all(vector) else ""
+    list_rv = codec.encode(vector) if codec.is_complete(vector) else ""
     return pb.build_list(envelope, list_rv, items)
 
 
@@ -159,6 +159,12 @@ class WatchMerge:
     client_initial_events: bool
     bookmarks: bool
     keep: KeepFn | None = None
+    # partitions the client has seen nothing of while the others flow (one that joined the
+    # partition set, or whose field in the client's RV is 0): their initial events are in
+    # `initial` too, but carry the merged position with their own field still 0 ("nothing seen
+    # of it"), so a client resuming from one gets that partition's objects again rather than
+    # missing some; their initial-events-end bookmark is not the client's
+    joining: set[str] = field(default_factory=set)
     vector: list[int] = field(default_factory=list)
     last_written: str = ""
     finished: bool = False
@@ -176,6 +182,20 @@ class WatchMerge:
         """The current vector as a proxy RV. Raises RVUnencodable."""
         return self.codec.encode(self.vector)
 
+    def rebase(self, codec: rvcodec.RVCodec) -> tuple[str, ...]:
+        """Take the role's codec after a partition-set change (its space extends the current
+        one: slots are append-only). Returns the live partitions that joined, which the caller
+        starts with initial events (they are `joining` from now on). Raises ValueError."""
+        old = self.space
+        if codec.space[: len(old)] != old:
+            raise ValueError(f"partitions {list(old)} cannot become {list(codec.space)}: slots are append-only")
+        joined = tuple(p for p in codec.space[len(old):] if p not in codec.retired)
+        self.vector += [0] * (len(codec.space) - len(old))
+        self.codec = codec
+        self.joining.update(joined)
+        self.initial.update(joined)
+        return joined
+
     # -- shared state transitions -------------------------------------------------------------
 
     def _bookmark_rv(self, partition: str, native: int, *, end: bool) -> tuple[str, bool] | None:
@@ -183,6 +203,10 @@ class WatchMerge:
         or None."""
         slot = self.space.index(partition)
         self.vector[slot] = max(self.vector[slot], native)
+        if end and partition in self.joining:
+            self.joining.discard(partition)
+            self.initial.discard(partition)
+            return None  # the client's own initial events ended long ago
         if end and partition in self.initial:
             if self.initial == {partition} and self.client_initial_events:
                 rv = self.rv  # raises RVUnencodable before any state changes: the bookmark can be retried
@@ -191,7 +215,7 @@ class WatchMerge:
                 return rv, True
             self.initial.discard(partition)
             return None
-        if self.bookmarks and not self.initial and all(self.vector):
+        if self.bookmarks and not self.initial and self.codec.is_complete(self.vector):
             try:
                 rv = self.rv
             except rvcodec.RVUnencodable:
@@ -205,6 +229,11 @@ class WatchMerge:
         """Advance on an upstream event; return the RV to stamp on it."""
         slot = self.space.index(partition)
         if kind == "ADDED" and partition in self.initial:
+            if partition in self.joining:
+                # The merged position, this partition's field still 0 (see `joining`).
+                stamp = self.codec.encode(self.vector)
+                self.last_written = max(self.last_written, stamp, key=lambda rv: (len(rv), rv))
+                return stamp
             # An initial event: the object's own RV (initial events are in no RV order).
             return self.codec.object_rv(slot, native) if native else ""
         stamp = self.codec.encode(rvcodec_with_slot(self.vector, slot, native))  # raises before any change

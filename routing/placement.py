@@ -13,8 +13,14 @@ compared per bound, so `a`..`m` takes every name starting with a letter from a t
 
 Resource partition of a node (first match in the configured mode): `prefix` (longest matching
 name prefix), `regex` (first matching pattern, `re.match`), `hash` (FNV-1a 64 of the name
-modulo the number of resource partitions, in configuration order). A prefix or regex rule that
-matches nothing falls back to the hash, so every name has exactly one owner.
+modulo the number of ACTIVE resource partitions, in configuration order: a draining one takes
+no new nodes). A prefix or regex rule that matches nothing falls back to the hash, so every
+name has exactly one owner. (An existing node is found where it is by the node index first:
+routing.decide.)
+
+Partition lists (configuration order): `*_partitions` are the live ones (active and draining:
+unions go to them), `*_space` every one of the role including retired ones (the proxy RV space:
+slots are append-only, config.models.PartitionState).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from config.models import PartitionRole, ProxyConfig
+from config.models import PartitionRole, PartitionState, ProxyConfig
 
 # Namespaces every kube-apiserver creates for itself; they belong to no tenant and are owned by
 # the system partition. kube-node-lease holds node leases, which are node-scoped.
@@ -51,19 +57,26 @@ class Placement:
     resource_partitions: tuple[str, ...]
     node_regex: tuple[tuple[re.Pattern[str], str], ...]
     node_prefixes: tuple[tuple[str, str], ...]  # longest prefix first
-    config_names: frozenset[str]  # every configured partition name (routing reads it per request)
+    config_names: frozenset[str]  # every live partition name (routing reads it per request)
+    tenant_space: tuple[str, ...] = ()
+    resource_space: tuple[str, ...] = ()
+    hash_partitions: tuple[str, ...] = ()  # active resource partitions: where the hash places new nodes
+    fenced: frozenset[str] = frozenset()  # tenants being moved: their writes get 503
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> Placement:
         return cls(
             config=config,
-            tenant_partitions=config.names(PartitionRole.TENANT),
-            resource_partitions=config.names(PartitionRole.RESOURCE),
+            tenant_partitions=config.live_names(PartitionRole.TENANT),
+            resource_partitions=config.live_names(PartitionRole.RESOURCE),
             node_regex=tuple((re.compile(r.pattern), r.partition) for r in config.nodes.regex),
             node_prefixes=tuple(sorted(config.nodes.prefixes.items(), key=lambda kv: -len(kv[0]))),
-            config_names=frozenset(p.name for p in config.partitions),
+            config_names=frozenset(p.name for p in config.partitions if p.live),
+            tenant_space=config.names(PartitionRole.TENANT),
+            resource_space=config.names(PartitionRole.RESOURCE),
+            hash_partitions=config.names(PartitionRole.RESOURCE, PartitionState.ACTIVE),
+            fenced=frozenset(config.tenants.fenced),
         )
-
 
     @property
     def system_partition(self) -> str:
@@ -109,4 +122,4 @@ class Placement:
             for pattern, partition in self.node_regex:
                 if pattern.match(node):
                     return partition
-        return self.resource_partitions[fnv1a64(node) % len(self.resource_partitions)]
+        return self.hash_partitions[fnv1a64(node) % len(self.hash_partitions)]

@@ -349,11 +349,15 @@ class RVCodec:
     other method is a pure computation over the table it finds.
     """
 
-    __slots__ = ("space", "table", "_ids", "_id_of_slot", "_slot_bits")
+    __slots__ = ("space", "table", "retired", "live_slots", "_ids", "_id_of_slot", "_slot_bits")
 
-    def __init__(self, space: tuple[str, ...], table: EpochTable | None = None) -> None:
+    def __init__(self, space: tuple[str, ...], table: EpochTable | None = None, *, retired: Iterable[str] = ()) -> None:
         self.space = space
         self.table = table or EpochTable()
+        # partitions whose slot is kept (never reused) but who no longer take part: their field
+        # is whatever the vector last knew, and nothing waits for them
+        self.retired = frozenset(retired)
+        self.live_slots = tuple(i for i, p in enumerate(space) if p not in self.retired)
         self._id_of_slot = tuple(partition_id(p) for p in space)
         self._ids = {pid: i for i, pid in enumerate(self._id_of_slot)}
         if len(self._ids) != len(space):
@@ -399,6 +403,17 @@ class RVCodec:
         if not any(out):
             raise RVNotInSpace("resourceVersion names none of this resource's partitions")
         return tuple(out)
+
+    @staticmethod
+    def is_vector_form(rv: str) -> bool:
+        """Whether `rv` is a vector-form proxy RV (a position in every partition of its epoch,
+        where a 0 field means "nothing seen of that partition yet")."""
+        value = parse_number(rv)
+        return value is not None and _VECTOR_START <= value < _RV_LIMIT
+
+    def is_complete(self, vector: Sequence[int]) -> bool:
+        """Whether every live slot of `vector` is known (retired slots need not be)."""
+        return all(vector[i] for i in self.live_slots)
 
     def native_for(self, rv: str, slot: int) -> str | None:
         """What to send partition `slot` for a client's RV: None to send the value as it is

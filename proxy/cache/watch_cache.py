@@ -14,6 +14,13 @@ Events carry the vector-form RV of the position after them (their `stamp`), writ
 event's line once. A vector no epoch of the shared table can encode (the table fell far behind)
 ends every cache watcher with 410 and empties the ring: clients relist once it caught up.
 
+Partitions join and retire at runtime (config.models.PartitionState): slots are append-only.
+`rebase` takes the role's new codec: a partition that joined gets a new slot, and its first LIST
+reaches open cache watchers as ADDED events (its floor stays 0: the ring holds everything of it,
+so a client RV from before it joined, where its field reads 0, resumes and gets them). `retire`
+turns a retired partition's objects into DELETED events at one synthetic native RV past the
+last it sent, so a client resuming from any RV issued while it lived gets them too.
+
 Resuming: the ring keeps, per partition, a floor: the native RV after which it holds every
 event of that partition. A client vector R can be resumed when floor[i] <= R[i] <= vector[i] for
 every partition i; the events to replay are the ring's events whose native RV is above R's
@@ -153,6 +160,7 @@ class WatchCache:
         self._events = 0
         self._sorted_keys: list[Key] | None = None
         self._listing: dict[str, _Listing] = {}
+        self._joining: set[str] = set()  # partitions added at runtime whose first LIST is not in yet
 
     # -- read-only views -------------------------------------------------------------------
 
@@ -200,13 +208,16 @@ class WatchCache:
 
     @property
     def is_synced(self) -> bool:
-        return len(self._synced) == len(self.space)
+        """Every live partition's first LIST is in (one joining at runtime does not count: the
+        cache goes on serving while its objects arrive as ADDED events)."""
+        return all(self.space[i] in self._synced or self.space[i] in self._joining for i in self.codec.live_slots)
 
     @property
     def rv(self) -> str:
-        """The cache's current position as a proxy RV ("" until every slot is known, or while no
-        epoch of the table can encode it)."""
-        if not all(self._vector):
+        """The cache's current position as a proxy RV ("" until every live partition's first
+        LIST is in, or while no epoch of the table can encode it; a joining partition's field
+        reads 0 until its LIST is in)."""
+        if not self.is_synced or not any(self._vector):
             return ""
         try:
             return self.codec.encode(self._vector)
@@ -405,7 +416,8 @@ class WatchCache:
         """Start a LIST of `partition` (initial sync, or relist after 410), read page by page
         so the partition's objects are never all decoded at once."""
         self._kind, self._api_version = kind or self._kind, api_version or self._api_version
-        self._listing[partition] = _Listing(first_sync=partition not in self._synced)
+        # a partition that joins at runtime is listed like a relist: its objects become events
+        self._listing[partition] = _Listing(first_sync=partition not in self._synced and partition not in self._joining)
 
     def list_page(self, partition: str, items: Iterable[dict[str, Any]]) -> None:
         """One page of the LIST. On the initial sync objects are stored at once (there are no
@@ -438,11 +450,17 @@ class WatchCache:
     def end_list(self, partition: str, list_rv: int) -> None:
         """Finish the LIST at its snapshot RV. On a relist, the difference to what the cache
         held becomes synthetic events (ADDED/MODIFIED in native RV order, then DELETED at
-        `list_rv`), so cache watchers never relist because of an upstream hiccup."""
+        `list_rv`), so cache watchers never relist because of an upstream hiccup. A partition
+        that joined at runtime is listed the same way: everything it holds arrives as ADDED."""
         listing = self._listing.pop(partition)
         slot = self.space.index(partition)
-        if not listing.first_sync:
+        if partition in self._joining:
+            self._joining.discard(partition)
+            self._synced.add(partition)
+            listing.first_sync = False
+        elif not listing.first_sync:
             self._relists[slot] += 1
+        if not listing.first_sync:
             for native, key, obj in sorted(listing.changed, key=lambda c: c[0]):
                 self._emit("MODIFIED", slot, native, obj, self._objects.get(key))
             for key in [k for k in self._objects if k[0] == slot and k not in listing.seen]:
@@ -452,6 +470,44 @@ class WatchCache:
         if listing.first_sync:
             self._floor[slot] = list_rv
             self._synced.add(partition)
+
+    # -- the partition set changes (proxy.partition_set) --------------------------------------
+
+    def rebase(self, codec: rvcodec.RVCodec) -> tuple[str, ...]:
+        """Take the role's codec after a partition-set change. Its space must start with the
+        current one (slots are append-only); partitions past it join (an empty slot, listed
+        by their reflector like a relist). Partitions the codec marks retired are retired here.
+        Returns the partitions that joined. Raises ValueError for a space that is not an
+        extension of the current one."""
+        old = self.space
+        if codec.space[: len(old)] != old:
+            raise ValueError(f"partitions {list(old)} cannot become {list(codec.space)}: slots are append-only")
+        joined = tuple(p for p in codec.space[len(old):] if p not in codec.retired)
+        grown = len(codec.space) - len(old)
+        self._vector += [0] * grown
+        self._floor += [0] * grown
+        self._relists += [0] * grown
+        self._joining.update(joined)
+        self.codec = codec
+        for partition in codec.retired:
+            if partition in self._synced or partition in self._joining:
+                self.retire(partition)
+        return joined
+
+    def retire(self, partition: str) -> int:
+        """Drop a retired partition's objects: each becomes a DELETED event at one native RV
+        past the last the partition sent (a synthetic position in a slot nobody reads again),
+        so resuming from any RV issued while it lived replays them. Returns the events."""
+        slot = self.space.index(partition)
+        self._synced.discard(partition)
+        self._joining.discard(partition)
+        self._listing.pop(partition, None)
+        gone = [key for key in self._objects if key[0] == slot]
+        native = self._vector[slot] + 1
+        for key in gone:
+            self._emit("DELETED", slot, native, None, self._objects[key])
+        self._vector[slot] = max(self._vector[slot], native)
+        return len(gone)
 
     # -- reads (request handlers) ----------------------------------------------------------
 
@@ -502,11 +558,17 @@ class WatchCache:
         yield b"]}"
 
     def resumable(self, vector: tuple[int, ...]) -> bool:
-        """Whether the ring holds every event after `vector` (see the module docstring)."""
-        return all(f <= r <= v for f, r, v in zip(self._floor, vector, self._vector))
+        """Whether the ring holds every event after `vector` (see the module docstring). A
+        retired partition this process never saw (field 0 here) is not asked about."""
+        retired = self.codec.retired
+        return all(
+            f <= r <= v or (v == 0 and self.space[i] in retired)
+            for i, (f, r, v) in enumerate(zip(self._floor, vector, self._vector))
+        )
 
     def reached(self, vector: tuple[int, ...]) -> bool:
-        return all(r <= v for r, v in zip(vector, self._vector))
+        """Whether the cache is at or past `vector` in every live partition."""
+        return all(vector[i] <= self._vector[i] for i in self.codec.live_slots)
 
     def events_after(self, vector: tuple[int, ...]) -> list[CachedEvent]:
         return [e for e in self._ring if e.native_rv > vector[e.slot]]

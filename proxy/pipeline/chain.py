@@ -36,7 +36,7 @@ def default_steps(ctx: ProxyContext) -> list[Step]:
         steps.Limits(config.limits),
         steps.Authenticate(ctx.authn),
         steps.Overload(ctx.overload, ctx.metrics),
-        steps.Route(ctx.routing, config.limits.max_body_bytes),
+        steps.Route(lambda: ctx.routing, config.limits.max_body_bytes),
         steps.Impersonate(ctx.authz),
         steps.WatchLimits(ctx.watches),
     ]

@@ -15,6 +15,7 @@ is in `proxy.pipeline.dispatch`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from config.models import LimitsConfig
 from proxy import answers
@@ -121,23 +122,25 @@ class Route:
     """Where the request goes (`routing.decide`). A create without a name in its URL is routed by
     the name in its body, which is read here (bounded by `max_body_bytes`)."""
 
-    def __init__(self, routing: RoutingState, max_body_bytes: int) -> None:
-        self.routing = routing
+    def __init__(self, routing: Callable[[], RoutingState], max_body_bytes: int) -> None:
+        self.routing = routing  # the routing state in force (replaced whole when the partition set changes)
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, ex: Exchange) -> bool:
-        route = decide(ex.info, self.routing)
+        state = self.routing()  # one state for the whole decision, even if a reload lands meanwhile
+        route = decide(ex.info, state)
         if route.kind is RouteKind.NEEDS_BODY_NAME:
             ex.body = await ex.request.body.read(self.max_body_bytes)
             if len(ex.body) > self.max_body_bytes:
                 await ex.respond(answers.request_too_large())
                 return True
-            route = decide(ex.info, self.routing, body_name=body_name(ex.body, ex.request.headers.get("Content-Type", "")))
+            route = decide(ex.info, state, body_name=body_name(ex.body, ex.request.headers.get("Content-Type", "")))
         if route.kind is RouteKind.REJECT:
             if route.plain_text:
                 await ex.respond(answers.plain_text(route.status_code, route.message))
             else:
-                await ex.respond(answers.status_answer(route.status_code, route.reason, route.message))
+                headers = {"Retry-After": str(route.retry_after)} if route.retry_after else None
+                await ex.respond(answers.status_answer(route.status_code, route.reason, route.message, headers=headers))
             return True
         ex.route = route
         ex.route_kind = route.kind.value

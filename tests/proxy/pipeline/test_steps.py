@@ -178,26 +178,26 @@ async def test_overload_admits_up_to_the_class_limit_then_answers_429_with_retry
 
 async def test_route_decides_and_labels_the_exchange() -> None:
     ex = exchange(path="/api/v1/namespaces/nova-web/pods/p")
-    assert await passes(steps.Route(ROUTING, 1000), ex)
+    assert await passes(steps.Route(lambda: ROUTING, 1000), ex)
     assert ex.route is not None and ex.route.kind is RouteKind.FORWARD and ex.route.partitions == ("tp2",)
     assert ex.route_kind == "forward"
 
 
 async def test_route_reads_a_create_body_for_its_name() -> None:
     ex = exchange("POST", "/api/v1/namespaces", body=b'{"metadata":{"name":"nova-web"}}', headers={"Content-Type": "application/json"})
-    assert await passes(steps.Route(ROUTING, 1000), ex)
+    assert await passes(steps.Route(lambda: ROUTING, 1000), ex)
     assert ex.route is not None and ex.route.partitions == ("tp2",) and ex.body == b'{"metadata":{"name":"nova-web"}}'
 
 
 async def test_route_refuses_a_create_body_over_the_limit() -> None:
     ex = exchange("POST", "/api/v1/namespaces", body=b"x" * 100)
-    assert not await passes(steps.Route(ROUTING, 10), ex)
+    assert not await passes(steps.Route(lambda: ROUTING, 10), ex)
     assert writer(ex).only["_status"] == 413
 
 
 async def test_route_answers_an_unknown_partition_prefix_as_kube_apiserver_answers_an_unknown_path() -> None:
     ex = exchange(path="/partitions/nope/api/v1/pods")
-    assert not await passes(steps.Route(ROUTING, 1000), ex)
+    assert not await passes(steps.Route(lambda: ROUTING, 1000), ex)
     [answer] = writer(ex).answers
     assert (answer.status, answer.body, answer.content_type) == (404, b"404 page not found\n", "text/plain; charset=utf-8")
 
@@ -216,7 +216,7 @@ class Authz:
 
 
 async def routed(ex: Exchange) -> Exchange:
-    assert await passes(steps.Route(ROUTING, 1000), ex)
+    assert await passes(steps.Route(lambda: ROUTING, 1000), ex)
     return ex
 
 
