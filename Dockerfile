@@ -27,4 +27,4 @@ WORKDIR /
 
 EXPOSE 6443
 # The chart mounts the rendered config (ConfigMap) at this path and passes the same command.
-ENTRYPOINT ["partition-proxy", "serve", "--config", "/etc/partition-proxy/config.yaml"]
+ENTRYPOINT ["partition-proxy", "serve", "--config", "/etc/partition-proxy/config/config.yaml"]

@@ -154,7 +154,7 @@ def test_deployment_runs_non_root_read_only_with_https_probes_and_a_long_enough_
 
     assert FailureConfig().shutdown_grace_seconds == proxy_shutdown_grace
     assert pod["terminationGracePeriodSeconds"] > prestop + proxy_shutdown_grace
-    assert container["command"] == ["partition-proxy", "serve", "--config", "/etc/partition-proxy/config.yaml", "--log-level", "INFO", "--workers", "1"]
+    assert container["command"] == ["partition-proxy", "serve", "--config", "/etc/partition-proxy/config/config.yaml", "--log-level", "INFO", "--workers", "1"]
     # Anti-affinity on hosts and a zone spread keep replicas apart.
     term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
@@ -222,7 +222,8 @@ def test_config_map_maps_values_onto_the_proxy_config_and_points_into_the_mounte
         assert mounts[directory]["secret"]["secretName"] == f"partition-proxy-{partition['name']}"
     for path in config["listen"]["tls"].values():
         assert mounts[path.rsplit("/", 1)[0]]["secret"]["secretName"] == "partition-proxy-tls"
-    assert mounts["/etc/partition-proxy/config.yaml"]["configMap"]["name"] == "pp-partition-proxy"
+    assert mounts["/etc/partition-proxy/config"]["configMap"]["name"] == "pp-partition-proxy"  # a directory: updated in place
+    assert all("subPath" not in m for m in pod["containers"][0]["volumeMounts"])
 
 
 def test_a_changed_config_changes_the_pod_template_so_replicas_roll(helm: Helm) -> None:
@@ -231,6 +232,42 @@ def test_a_changed_config_changes_the_pod_template_so_replicas_roll(helm: Helm) 
         return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
 
     assert checksum({}) != checksum({"proxy": {"systemPartition": "tp2"}})
+
+
+SHARED = [{"name": n, "role": r} for n, r in (("tp1", "tenant"), ("tp2", "tenant"), ("rp1", "resource"), ("rp2", "resource"))]
+
+
+def test_the_partition_set_changes_in_place_with_one_secret_for_every_partition(helm: Helm) -> None:
+    """With `partitionsSecret`, a partition that joins (and a tenant fenced, a partition
+    retired) changes the ConfigMap and nothing of the pod template: no replica restarts, the
+    running proxies re-read the mounted file (docs/partition-set.md)."""
+    base = {"proxy": {"partitionsSecret": "proxy-partitions", "partitions": SHARED}}
+    grown = {"proxy": {
+        "partitionsSecret": "proxy-partitions",
+        "partitions": [*SHARED[:3], {**SHARED[3], "state": "retired"}, {"name": "rp3", "role": "resource"}],
+        "tenants": {"fenced": ["acme"], "partitions": {"zeta": "tp2"}},
+        "nodes": {"prefixes": [{"prefix": "rp1-", "partition": "rp1"}, {"prefix": "rp3-", "partition": "rp3"}]},
+    }}
+    before, after = by_kind(helm.template(values=base)), by_kind(helm.template(values=grown))
+    assert before["Deployment"]["spec"]["template"] == after["Deployment"]["spec"]["template"]
+    config = rendered_config(helm.template(values=grown))
+    assert [(p["name"], p.get("state", "active"), p["kubeconfig"]) for p in config["partitions"]][-2:] == [
+        ("rp2", "retired", "/etc/partition-proxy/partitions/rp2.kubeconfig"),
+        ("rp3", "active", "/etc/partition-proxy/partitions/rp3.kubeconfig"),
+    ]
+    assert config["tenants"]["fenced"] == ["acme"]
+    pod = after["Deployment"]["spec"]["template"]["spec"]
+    assert [v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "partitions"] == ["proxy-partitions"]
+    assert not [v for v in pod["volumes"] if v["name"].startswith("partition-")]
+
+
+def test_a_retired_partitions_own_secret_is_no_longer_mounted_and_others_need_theirs(helm: Helm) -> None:
+    retired = [*TWO_PARTITIONS, {"name": "rp9", "role": "resource", "state": "retired"}]
+    pod = by_kind(helm.template(values={"proxy": {"partitions": retired, "tenants": {"ranges": [], "defaultPartition": "tp1"},
+                                                  "nodes": {"prefixes": []}}}))["Deployment"]["spec"]["template"]["spec"]
+    assert sorted(v["secret"]["secretName"] for v in pod["volumes"] if v["name"].startswith("partition-")) == ["s-rp1", "s-tp1"]
+    done = helm.template_text(values={"proxy": {"partitions": [TWO_PARTITIONS[0], {"name": "rp1", "role": "resource"}]}}, check=False)
+    assert done.returncode != 0 and "proxy.partitions[1].existingSecret: required unless proxy.partitionsSecret" in done.stderr
 
 
 def test_hpa_scales_up_at_once_and_down_over_the_stable_window_on_cpu_and_inflight_requests(helm: Helm) -> None:

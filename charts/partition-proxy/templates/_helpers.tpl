@@ -50,7 +50,16 @@ app.kubernetes.io/component: proxy
 
 {{/* Path of the config file in the container (the Dockerfile's ENTRYPOINT uses the same). */}}
 {{- define "partition-proxy.configPath" -}}
-/etc/partition-proxy/config.yaml
+/etc/partition-proxy/config/config.yaml
+{{- end }}
+
+{{/*
+A checksum of the config sections the proxy reads at start-up only: a change of one rolls the
+replicas. `partitions`, `tenants` and `nodes` are left out: the proxy re-reads them from the
+mounted ConfigMap at runtime (docs/partition-set.md), so changing them rolls nothing.
+*/}}
+{{- define "partition-proxy.startupChecksum" -}}
+{{- omit (include "partition-proxy.config" . | fromYaml) "partitions" "tenants" "nodes" | toYaml | sha256sum }}
 {{- end }}
 
 {{/*
@@ -76,9 +85,19 @@ render in exponent form (helm holds numbers as float64).
 {{- $partitions := list }}
 {{- range $p.partitions }}
 {{- $kubeconfig := printf "%s/%s/%s" $p.mountPaths.partitions .name (default "kubeconfig" .kubeconfigKey) }}
-{{- $partitions = append $partitions (dict "name" .name "role" .role "kubeconfig" $kubeconfig) }}
+{{- if $p.partitionsSecret }}
+{{- $kubeconfig = printf "%s/%s" $p.mountPaths.partitions (default (printf "%s.kubeconfig" .name) .kubeconfigKey) }}
+{{- end }}
+{{- $entry := dict "name" .name "role" .role "kubeconfig" $kubeconfig }}
+{{- if .state }}
+{{- $_ := set $entry "state" .state }}
+{{- end }}
+{{- $partitions = append $partitions $entry }}
 {{- end }}
 {{- $tenants := dict "namespace_to_tenant" $p.tenants.namespaceToTenant "separator" $p.tenants.separator "namespaces" $p.tenants.namespaces "partitions" $p.tenants.partitions "ranges" $p.tenants.ranges }}
+{{- if $p.tenants.fenced }}
+{{- $_ := set $tenants "fenced" $p.tenants.fenced }}
+{{- end }}
 {{- if $p.tenants.defaultPartition }}
 {{- $_ := set $tenants "default_partition" $p.tenants.defaultPartition }}
 {{- end }}
@@ -146,6 +165,9 @@ Checks the schema cannot express; each fails rendering with one line naming the 
 {{- $p := .Values.proxy }}
 {{- $roles := dict }}
 {{- range $i, $part := $p.partitions }}
+{{- if and (not $p.partitionsSecret) (not $part.existingSecret) (ne (default "active" $part.state) "retired") }}
+{{- fail (printf "proxy.partitions[%d].existingSecret: required unless proxy.partitionsSecret holds every partition's kubeconfig" $i) }}
+{{- end }}
 {{- if hasKey $roles $part.name }}
 {{- fail (printf "proxy.partitions[%d].name: duplicate partition %q" $i $part.name) }}
 {{- end }}
