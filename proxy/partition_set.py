@@ -81,7 +81,11 @@ class PartitionSet:
             if digest == self._digest and not forced:
                 continue
             self._digest = digest
-            await self.reload()
+            if await self.reload() == "refused":
+                # Read it again at the next poll: a joining partition's credential may land a
+                # moment after the config (kubelet syncs each mounted Secret and ConfigMap on
+                # its own); a refusal that stays is logged once, not every poll.
+                self._digest = b""
 
     async def reload(self) -> str:
         """Read the file and apply what changed: "applied", "unchanged" or "refused"."""
@@ -105,7 +109,8 @@ class PartitionSet:
                     log.warning("config reload: %s changed; it takes effect at the next restart", section)
                 self.last_error = ""
             except ConfigError as exc:
-                log.error("config reload refused, the partition set %s stays: %s", self.version, exc)
+                if str(exc) != self.last_error:
+                    log.error("config reload refused, the partition set %s stays: %s", self.version, exc)
                 self.last_error = str(exc)
                 result = "refused"
         self._metrics.reloads.labels(result).inc()

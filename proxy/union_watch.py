@@ -6,7 +6,10 @@ KEP-3157), so each partition's initial-events-end bookmark tells the proxy that 
 position and every later RV names all of them. An upstream stream that ends or breaks is
 reopened from that partition's last RV, invisibly to the client, while the other partitions keep
 flowing; a reopen refused with a Status (a 410) ends the union watch with that Status as an
-ERROR event (`Expired` for 410) so the client relists. `routing.merge.WatchMerge` decides what
+ERROR event (`Expired` for 410) so the client relists. A partition that is unavailable when the
+watch opens does not refuse it (policy `failure.union_policy: partial`, the default): the others
+are served at once with a Warning header, and that partition's events follow, from the client's
+position in it, once it answers again (as union lists serve the partitions that answer). `routing.merge.WatchMerge` decides what
 is written; every event already queued is merged and written in one chunk.
 """
 
@@ -111,37 +114,48 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
     for p in route.partitions:
         streams[p] = stream_of(p)
     try:
-        refused = await _open_all(streams)
+        refused, down = await _open_all(streams, partial=ctx.config.failure.union_policy == "partial")
         if refused is not None:
             return await ex.respond(refused)
-        first = next(iter(streams.values()))
-        if len({s.protobuf for s in streams.values()}) > 1:
+        for partition in down:
+            ctx.metrics.degraded.labels(partition, "partial").inc()
+        first = next(s for p, s in streams.items() if p not in down)
+        if len({s.protobuf for p, s in streams.items() if p not in down}) > 1:
             return await ex.respond(answers.bad_gateway("partitions answered the watch in different media types"))
-        await _stream(ex, ctx, merge, streams, first_type=first.content_type, stream_of=stream_of)
+        warnings = [f'299 - "partition {p} is unavailable: its events follow when it is back"' for p in down]
+        await _stream(ex, ctx, merge, streams, first_type=first.content_type, stream_of=stream_of, protobuf=first.protobuf,
+                      warnings=warnings)
     finally:
         for stream in streams.values():
             await stream.close()
 
 
-async def _open_all(streams: dict[str, WatchStream]) -> Answer | None:
-    """Open every partition's watch at once; the answer to give instead of a stream when one
-    cannot be opened (503 for a partition that is unavailable, a partition's own refusal as it
-    came), else None."""
+async def _open_all(streams: dict[str, WatchStream], *, partial: bool) -> tuple[Answer | None, list[str]]:
+    """Open every partition's watch at once. Returns the answer to give instead of a stream
+    (a partition's own refusal as it came; 503 when a partition is unavailable and `partial` is
+    off, or when none is available), else None, and the partitions that are unavailable: with
+    `partial` the watch is served without them and their streams keep trying to open (each
+    `WatchStream` reopens with backoff), from the client's position in them."""
     opened = await asyncio.gather(*(s.open() for s in streams.values()), return_exceptions=True)
-    for result in opened:
+    down: list[str] = []
+    unavailable: PartitionUnavailable | None = None
+    for partition, result in zip(streams, opened):
         if isinstance(result, PartitionUnavailable):
-            return answers.partition_unavailable(result)
+            down.append(partition)
+            unavailable = result
+            continue
         if isinstance(result, BaseException):
             raise result
         if result.status != 200:
             return Answer(result.status, await result.read(), downstream_response_headers(result.headers, keep_length=False),
-                          content_type=None)
-    return None
+                          content_type=None), down
+    if unavailable is not None and (not partial or len(down) == len(streams)):
+        return answers.partition_unavailable(unavailable), down
+    return None, down
 
 
 async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: dict[str, WatchStream], *, first_type: str,
-                  stream_of: Callable[[str], WatchStream]) -> None:
-    protobuf = next(iter(streams.values())).protobuf
+                  stream_of: Callable[[str], WatchStream], protobuf: bool, warnings: list[str]) -> None:
     queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=_EVENT_QUEUE_DEPTH)
 
     async def pump(partition: str, stream: WatchStream) -> None:
@@ -175,7 +189,10 @@ async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: d
             streams[p] = stream_of(p)
             tasks.append(asyncio.create_task(pump(p, streams[p]), name=f"union-watch:{p}"))
 
-    await ex.writer.start(200, CIMultiDict({"Content-Type": first_type or "application/json"}))
+    headers = CIMultiDict({"Content-Type": first_type or "application/json"})
+    for warning in warnings:
+        headers.add("Warning", warning)
+    await ex.writer.start(200, headers)
     deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)
     tasks = [asyncio.create_task(pump(p, s), name=f"union-watch:{p}") for p, s in streams.items()]
     on_event = merge.on_frame if protobuf else merge.on_line

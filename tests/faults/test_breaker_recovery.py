@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from hack.federation import PROXY_ADMINS_GROUP, Federation, find_kubectl
@@ -150,3 +151,53 @@ async def test_a_reflector_as_the_half_open_trial_serves_the_partition_again(env
             break
         assert time.monotonic() < deadline, f"proxy B's cache never saw the pod: {code}"
         await asyncio.sleep(0.2)
+
+
+async def test_a_union_watch_opened_while_a_partition_is_cut_serves_the_others_and_resumes_it(env: Env, unique: str) -> None:
+    """tp2's link is cut when a union watch of configmaps opens: the watch answers 200 with a
+    Warning naming tp2 and streams tp1's events; once the link is back, tp2's events follow on
+    the same stream, from the client's position in tp2 (nothing lost, nothing twice)."""
+    tp1_ns, tp2_ns = f"alpha-{unique}", _tp2_namespace(env, unique)
+    env.kube.kubectl("create", "namespace", tp1_ns)
+    code, listed = await _request(env, "GET", "/api/v1/configmaps?limit=1")
+    assert code == 200
+    await _cut_until_marked_down(env, tp2_ns)
+    seen: list[tuple[str, str, str]] = []
+    try:
+        async with aiohttp.ClientSession() as s:
+            params = {"watch": "1", "resourceVersion": listed["metadata"]["resourceVersion"], "allowWatchBookmarks": "true"}
+            async with s.get(env.kube.proxy.server + "/api/v1/configmaps", params=params, ssl=env.kube.client_ssl()) as r:
+                assert r.status == 200, await r.text()
+                assert any("partition tp2 is unavailable" in w for w in r.headers.getall("Warning", [])), r.headers
+
+                async def read() -> None:
+                    async for line in r.content:
+                        event = orjson.loads(line)
+                        meta = event["object"].get("metadata") or {}
+                        if event["type"] != "BOOKMARK":
+                            seen.append((event["type"], meta.get("namespace", ""), meta.get("name", "")))
+
+                reader = asyncio.create_task(read())
+                try:
+                    env.kube.kubectl("create", "configmap", "during", "-n", tp1_ns)
+                    await _until(lambda: ("ADDED", tp1_ns, "during") in seen, 15, f"tp1's event while tp2 is cut: {seen}")
+                    # written while the link is cut: straight into tp2, past the client's position
+                    env.kube.kubectl("create", "configmap", "meanwhile", "-n", tp2_ns, kubeconfig=env.kube.direct("tp2"))
+                    env.links["tp2"].enable()
+                    await _until(lambda: ("ADDED", tp2_ns, "meanwhile") in seen, OPEN_SECONDS + 15, f"tp2's event once back: {seen}")
+                    env.kube.kubectl("create", "configmap", "after", "-n", tp2_ns)
+                    await _until(lambda: ("ADDED", tp2_ns, "after") in seen, 15, f"tp2's next event: {seen}")
+                    assert not reader.done()  # the same stream, never closed
+                finally:
+                    reader.cancel()
+    finally:
+        env.links["tp2"].enable()
+    mine = [e for e in seen if e[1] in (tp1_ns, tp2_ns)]
+    assert mine == [("ADDED", tp1_ns, "during"), ("ADDED", tp2_ns, "meanwhile"), ("ADDED", tp2_ns, "after")], seen
+
+
+async def _until(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        await asyncio.sleep(0.1)
