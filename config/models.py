@@ -388,7 +388,7 @@ class ProxyConfig(_Model):
         for i, rx in enumerate(self.nodes.regex):
             need(f"nodes.regex.{i}.partition", rx.partition, PartitionRole.RESOURCE)
         bits = self.resource_versions.slot_bits
-        widest = max(len(self.names(PartitionRole.TENANT)), len(self.names(PartitionRole.RESOURCE)))
+        widest = len(self.partitions)  # the RV space of unions over both roles (leases in every namespace)
         if bits is not None and bits * widest > _RV_FIELD_BITS:
             raise ValueError(
                 f"resource_versions.slot_bits: {bits} bits x {widest} partitions is more than the {_RV_FIELD_BITS} "

@@ -59,14 +59,17 @@ class ResourceVersions:
 
     def configure(self, config: ProxyConfig) -> None:
         """Take the RV spaces of `config` (at start-up, and when the partition set changes): a
-        codec per role over every partition of it, retired ones marked. A space met before keeps
-        its codec object unless its retired set changed. Raises ValueError when two partition
+        codec per role over every partition of it, and one over every partition of both roles,
+        retired ones marked. A space met before keeps its codec object unless its retired set
+        changed. Raises ValueError when two partition
         names share an object-form id (a 32-bit hash: practically never)."""
         self._system_name = config.system_partition
         spaces = []
-        for role in (PartitionRole.TENANT, PartitionRole.RESOURCE):
-            space = config.names(role)
-            retired = frozenset(config.names(role, PartitionState.RETIRED))
+        every = (tuple(p.name for p in config.partitions), frozenset(p.name for p in config.partitions if not p.live))
+        for space, retired in [
+            *((config.names(role), frozenset(config.names(role, PartitionState.RETIRED))) for role in (PartitionRole.TENANT, PartitionRole.RESOURCE)),
+            every,  # unions over both roles (leases in every namespace), configuration order
+        ]:
             codec = self.codecs.get(space)
             if codec is None or codec.retired != retired:
                 codec = rvcodec.RVCodec(space, self.table, retired=retired)
@@ -77,11 +80,10 @@ class ResourceVersions:
 
     def codec_extending(self, space: tuple[str, ...]) -> rvcodec.RVCodec | None:
         """The codec of the current space that starts with `space` (the same role after a
-        partition-set change: slots are append-only), None if none does."""
-        for current in self.spaces:
-            if current[: len(space)] == space:
-                return self.codecs[current]
-        return None
+        partition-set change: slots are append-only), None if none does. The shortest such
+        space: a role's space is also the start of the space of both roles."""
+        longer = [current for current in self.spaces if current[: len(space)] == space]
+        return self.codecs[min(longer, key=len)] if longer else None
 
     def covers(self) -> bool:
         """Whether the table has an epoch of every current space (a new space has none until

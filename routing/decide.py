@@ -10,7 +10,9 @@ Precedence, first match wins:
 3. tenant-scoped objects (namespaces and everything namespaced): the TP owning the tenant;
 4. everything else: the system partition.
 Cluster-wide LIST/WATCH (and deletecollection) of a namespaced resource is a union over all TPs;
-of a node-scoped resource, a union over all RPs.
+of a node-scoped resource, a union over all RPs; of leases (node Leases in the RPs' kube-node-lease,
+every other Lease in the TPs), a union over every partition (`kubectl get leases -A`), each
+keeping what it owns.
 
 Every resource that can be merged (node-scoped or namespaced, and namespaces themselves) lives
 in one proxy RV space (`Route.rv_space`): the partitions whose native RVs form its RV vector,
@@ -117,6 +119,20 @@ def is_pinned_lease_list(info: RequestInfo, placement: Placement) -> bool:
     )
 
 
+def is_every_lease_list(info: RequestInfo) -> bool:
+    """A list/watch/deletecollection of leases in every namespace without a partition prefix or
+    an Arktos tenant: node Leases live in the RPs, every other Lease in the TPs, so the union
+    covers every partition."""
+    return (
+        (info.api_group, info.resource) == NODE_LEASE
+        and not info.namespace
+        and not info.name
+        and not info.partition
+        and not info.tenant
+        and info.verb in _UNION_VERBS
+    )
+
+
 def rv_space_of(info: RequestInfo, state: RoutingState) -> tuple[str, ...]:
     """The RV space of the resource a request is about (see module docstring)."""
     p = state.placement
@@ -124,6 +140,8 @@ def rv_space_of(info: RequestInfo, state: RoutingState) -> tuple[str, ...]:
         return ()
     if is_node_scoped(info) or is_pinned_lease_list(info, p):
         return p.resource_space
+    if is_every_lease_list(info):
+        return p.all_space
     key = (info.api_group, info.resource)
     if info.namespace or key == NAMESPACES or key in state.namespaced:
         return p.tenant_space
@@ -158,7 +176,10 @@ def owner_filter(by_name: bool, state: Callable[[], RoutingState]) -> KeepFn:
         namespace = meta.get("name") if by_name else meta.get("namespace")
         if not namespace:
             return True
-        return owner_of_namespaced(namespace, state()) == partition
+        current = state()
+        if namespace == NODE_LEASE_NAMESPACE and not by_name and partition in current.placement.resource_partitions:
+            return True  # node Leases: each RP owns those of its nodes
+        return owner_of_namespaced(namespace, current) == partition
 
     return keep
 
@@ -243,6 +264,8 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
     if info.namespace:
         owner = owner_of_namespaced(info.namespace, state, tenant=info.tenant)
         return Route(RouteKind.FORWARD, (owner,), space)
+    if is_every_lease_list(info):
+        return Route(RouteKind.FAN_OUT, p.all_partitions, space, owner_filter=True)
     if key in state.namespaced and info.verb in _UNION_VERBS:
         if info.tenant:  # Arktos: every namespace of one tenant lives in that tenant's TP
             return Route(RouteKind.FORWARD, (p.partition_of_tenant(info.tenant),), space)

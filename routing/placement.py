@@ -20,7 +20,8 @@ routing.decide.)
 
 Partition lists (configuration order): `*_partitions` are the live ones (active and draining:
 unions go to them), `*_space` every one of the role including retired ones (the proxy RV space:
-slots are append-only, config.models.PartitionState).
+slots are append-only, config.models.PartitionState); `all_*` the same over both roles, in
+configuration order (a resource held by both roles: leases).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Placement:
     tenant_space: tuple[str, ...] = ()
     resource_space: tuple[str, ...] = ()
     hash_partitions: tuple[str, ...] = ()  # active resource partitions: where the hash places new nodes
+    all_partitions: tuple[str, ...] = ()  # every live partition, configuration order
+    all_space: tuple[str, ...] = ()  # every partition, retired too: the RV space of unions over both roles
     fenced: frozenset[str] = frozenset()  # tenants being moved: their writes get 503
 
     @classmethod
@@ -75,6 +78,8 @@ class Placement:
             tenant_space=config.names(PartitionRole.TENANT),
             resource_space=config.names(PartitionRole.RESOURCE),
             hash_partitions=config.names(PartitionRole.RESOURCE, PartitionState.ACTIVE),
+            all_partitions=tuple(p.name for p in config.partitions if p.live),
+            all_space=tuple(p.name for p in config.partitions),
             fenced=frozenset(config.tenants.fenced),
         )
 

@@ -116,3 +116,36 @@ def test_update_carrying_a_proxy_rv_is_translated_to_the_owners_native_rv(kube: 
     )
     assert done.returncode != 0
     assert "the object has been modified" in done.stderr
+
+
+def _lease(namespace: str, name: str) -> dict[str, object]:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}}
+
+
+def test_get_leases_all_namespaces_shows_node_leases_of_every_resource_partition(kube: Kube, unique: str) -> None:
+    """Node Leases live in the RPs' kube-node-lease, every other Lease in its TP: `kubectl get
+    leases -A` through the proxy is the union of both, each partition keeping what it owns (an
+    RP's own kube-system leases are not the cluster's), as one kube-apiserver would list them."""
+    tenant_ns = f"nova-{unique}"  # a tp2 tenant
+    kube.kubectl("create", "namespace", tenant_ns)
+    kube.create(_lease("kube-node-lease", f"rp1-{unique}"))  # routed by the node name: rp1
+    kube.create(_lease("kube-node-lease", f"rp2-{unique}"))
+    kube.create(_lease(tenant_ns, "election"))
+    listed = json.loads(kube.kubectl("get", "leases", "-A", "-o", "json"))
+    got = {(i["metadata"]["namespace"], i["metadata"]["name"], i["metadata"]["uid"]) for i in listed["items"]}
+
+    def direct(partition: str, namespace: str = "") -> set[tuple[str, str, str]]:
+        args = ["get", "leases", "-o", "json", *(["-n", namespace] if namespace else ["-A"])]
+        items = json.loads(kube.kubectl(*args, kubeconfig=kube.direct(partition)))["items"]
+        return {(i["metadata"]["namespace"], i["metadata"]["name"], i["metadata"]["uid"]) for i in items}
+
+    names = {(ns, name) for ns, name, _ in got}
+    assert {("kube-node-lease", f"rp1-{unique}"), ("kube-node-lease", f"rp2-{unique}"), (tenant_ns, "election")} <= names
+    assert direct("rp1", "kube-node-lease") | direct("rp2", "kube-node-lease") <= got
+    assert direct("tp1", "kube-system") <= got  # the system partition's own
+    # The RPs' own kube-apiserver identity leases (same names as tp1's here: one host) are not the cluster's.
+    assert not (direct("rp1", "kube-system") | direct("rp2", "kube-system")) & got
+    assert (tenant_ns, "election") in {(ns, name) for ns, name, _ in direct("tp2")}
+    table = kube.kubectl("get", "leases", "-A")  # the Table kubectl prints: rows of every partition
+    assert f"rp1-{unique}" in table and f"rp2-{unique}" in table and "election" in table

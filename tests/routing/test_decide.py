@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from config import ProxyConfig, parse_config
-from routing.decide import Route, RouteKind, RoutingState, decide
+from routing.decide import Route, RouteKind, RoutingState, decide, route_keep
 from routing.placement import SYSTEM_NAMESPACES, Placement, fnv1a64
 from routing.requestinfo import parse_request_info
 
@@ -386,13 +386,29 @@ def test_lease_list_of_every_namespace_under_rp_prefix_is_that_rps_node_leases(q
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
-        ("/apis/coordination.k8s.io/v1/leases", fan_out(TPS, owner_filter=True)),  # unpinned: unchanged
+        # unpinned: every partition (node Leases live in the RPs), each keeping what it owns
+        ("/apis/coordination.k8s.io/v1/leases", fan_out(TPS + RPS, owner_filter=True)),
+        ("/apis/coordination.k8s.io/v1/tenants/acme/leases", Route(RouteKind.FORWARD, ("tp2",), TPS)),  # Arktos: one TP
         ("/partitions/tp2/apis/coordination.k8s.io/v1/leases", Route(RouteKind.FORWARD, ("tp2",), TPS)),
         ("/partitions/rp2/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", forward("tp1", TPS)),
     ],
 )
 def test_other_lease_lists_keep_their_routes(path: str, expected: Route) -> None:
     assert route("GET", path) == expected
+
+
+def test_a_union_of_every_lease_keeps_node_leases_from_the_rps_and_the_rest_from_their_owners() -> None:
+    info = parse_request_info("GET", "/apis/coordination.k8s.io/v1/leases", {})
+    keep = route_keep(info, decide(info, STATE), lambda: STATE)
+    assert keep is not None
+
+    def lease(namespace: str) -> dict[str, object]:
+        return {"metadata": {"namespace": namespace, "name": "x"}}
+
+    assert keep("rp1", lease("kube-node-lease")) and keep("rp2", lease("kube-node-lease"))
+    assert not keep("rp1", lease("kube-system"))  # each RP's own kube-apiserver identity leases
+    assert keep("tp1", lease("kube-system")) and not keep("tp2", lease("kube-system"))
+    assert keep("tp2", lease("nova-web")) and not keep("tp1", lease("nova-web"))
 
 
 @pytest.mark.parametrize("query", [{}, {"watch": "true"}])
