@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import ssl
 from collections.abc import Callable, Coroutine
@@ -30,7 +31,7 @@ from proxy.cache.reflector import Reflector
 from proxy.cache.watch_cache import WatchCache
 from proxy.clients.partition import PartitionClient, open_partition
 from proxy.context import ProxyContext
-from proxy.discovery import namespaced_resources
+from proxy.discovery import DISCOVERY_REFRESH_SECONDS, namespaced_resources
 from proxy.fronts.http1 import Http1Front
 from proxy.fronts.http2 import Http2Front
 from proxy.fronts.listener import Listener
@@ -61,6 +62,9 @@ def build_resource_versions(config: ProxyConfig) -> ResourceVersions:
 # RV spaces (a sync: a table read, a probe of every partition, a write; tens of ms) before the
 # change is refused and the running set stays.
 SPACE_WAIT_SECONDS = 10.0
+# reads of discovery, half a second apart, after a definition was written through the proxy: a
+# CRD is served (and discovered) once established, about a second after it is created.
+_DISCOVERY_FOLLOW_UP_ROUNDS = 10
 
 
 def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None,
@@ -169,6 +173,7 @@ class ProxyApp:
         ctx.debug_partitions = app.partition_set.debug
         app._spawn("resource-version-table", rv.run())
         app._spawn("partition-set", app.partition_set.run())
+        app._spawn("discovery", app._follow_discovery())
         app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag, on_tick=app.gc_pauses.drain))
         app._spawn("gc-sweep-frozen", sweep_frozen())
         if ctx.metrics.multiprocess:
@@ -179,6 +184,40 @@ class ProxyApp:
                     app._start_reflector(cache, partition)
         log.info("serving %d partitions, %d namespaced resources, %d caches", len(clients), len(namespaced), len(caches))
         return app
+
+    async def _follow_discovery(self) -> None:
+        """Keep the routing state's namespaced resources the union of every live TP's (see
+        proxy.discovery): every DISCOVERY_REFRESH_SECONDS, and after a definition is written
+        through the proxy (`ctx.definitions_changed`) every half second for a few seconds, as
+        a new CRD is served once established (about a second)."""
+        ctx = self.ctx
+        await self._refresh_namespaced()  # start-up read the system partition's only
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ctx.definitions_changed.wait(), DISCOVERY_REFRESH_SECONDS)
+            rounds = _DISCOVERY_FOLLOW_UP_ROUNDS if ctx.definitions_changed.is_set() else 1
+            ctx.definitions_changed.clear()
+            for _ in range(rounds):
+                if await self._refresh_namespaced():
+                    break
+                if rounds > 1:
+                    await asyncio.sleep(0.5)
+
+    async def _refresh_namespaced(self) -> bool:
+        """Read every live TP's discovery; replace the routing state if the union changed
+        (a TP that does not answer keeps what was known). True when it changed."""
+        ctx = self.ctx
+        tenants = [ctx.clients[p] for p in ctx.routing.placement.tenant_partitions if p in ctx.clients]
+        found = await asyncio.gather(*(namespaced_resources(c) for c in tenants), return_exceptions=True)
+        union = set(ctx.routing.namespaced) if any(isinstance(f, BaseException) for f in found) else set()
+        for f in found:
+            if not isinstance(f, BaseException):
+                union |= f
+        if frozenset(union) == ctx.routing.namespaced:
+            return False
+        ctx.routing = dataclasses.replace(ctx.routing, namespaced=frozenset(union))
+        log.info("discovery: %d namespaced resources", len(union))
+        return True
 
     def _start_reflector(self, cache: WatchCache, partition: str) -> None:
         reflector = Reflector(cache=cache, client=self.ctx.clients[partition])

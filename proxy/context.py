@@ -3,6 +3,7 @@ singletons)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 from contextlib import contextmanager
@@ -42,6 +43,8 @@ class ProxyContext:
     # called (plain defs, in one loop turn) after the partition set changed: open union
     # watches take partitions that joined and end on ones that retired (proxy.partition_set)
     partition_set_listeners: set[Callable[[], None]] = field(default_factory=set)
+    # set after a definition (a CRD) is written through the proxy: discovery is read again soon
+    definitions_changed: asyncio.Event = field(default_factory=asyncio.Event)
     # what /debug/partitions shows (proxy.partition_set.PartitionSet.debug), set by proxy.app
     debug_partitions: Callable[[], dict[str, Any]] | None = None
 

@@ -2,15 +2,27 @@
 cluster-wide list of a namespaced resource, a union over tenant partitions, from a list of a
 cluster-scoped system resource).
 
+The set is the union over every live tenant partition, read at start-up and again every
+DISCOVERY_REFRESH_SECONDS, and at once after a CRD is written through the proxy
+(`ProxyApp._follow_discovery`), so a custom resource made at runtime is routed as namespaced
+(`kubectl get widgets -A` is a union) without a restart.
+
 Discovery documents themselves (`/api`, `/apis`, per group-version, aggregated v2 with its
 Content-Type, ETag and 304, `/openapi/v2`, `/openapi/v3`) are forwarded to the system partition:
-every partition runs the same kube-apiserver build, so the system partition's documents are the
-federation's.
+every partition runs the same kube-apiserver build and CRDs written through the proxy are in
+every TP (proxy.replicate), so the system partition's documents are the federation's. (A CRD
+made straight in another TP is not discovered through the proxy: merged discovery documents are
+not built yet.)
 """
 
 from __future__ import annotations
 
 from proxy.clients.partition import PartitionClient
+
+# seconds between two reads of every tenant partition's discovery: how long a CRD made straight
+# in a partition waits to be routed as namespaced. One read is two small GETs per TP; 30 s is
+# kube-controller-manager's own discovery resync for its garbage collector and quota controller.
+DISCOVERY_REFRESH_SECONDS = 30.0
 
 # Aggregated discovery (KEP-3352, GA in 1.30): every group, version and resource in one answer.
 AGGREGATED_ACCEPT = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"

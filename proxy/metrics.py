@@ -22,6 +22,8 @@ partition_proxy_partition_set_info{version}: 1 for the partition-set version thi
   (config.changes.partition_set_version; with workers, the number of workers serving it), 0
   for versions it served before. partition_proxy_partition_set_reloads_total{result}: reloads
   of the config file (applied, unchanged, refused).
+partition_proxy_replication_failures_total{partition, resource}: writes of cluster-scoped
+  definitions (CRDs, admission policies, ...) the system partition took and a TP did not.
 partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
 partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
 
@@ -80,6 +82,7 @@ class Metrics:
     gc_pause: Histogram
     partition_set: Gauge
     reloads: Counter
+    replication_failures: Counter
     multiprocess: bool = False
     _connection_counts: list[tuple[Callable[[], Mapping[str, int]], Mapping[str, int]]] = field(default_factory=list)
 
@@ -213,6 +216,12 @@ class Metrics:
                 "partition_proxy_partition_set_reloads",
                 "Reloads of the config file by result: applied, unchanged, refused.",
                 ("result",),
+                registry=registry,
+            ),
+            replication_failures=Counter(
+                "partition_proxy_replication_failures",
+                "Replicated writes of cluster-scoped definitions a tenant partition did not take.",
+                ("partition", "resource"),
                 registry=registry,
             ),
             cache_resource_version=Gauge(

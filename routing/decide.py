@@ -8,7 +8,13 @@ Precedence, first match wins:
    lists stay the union of all RPs;
 2. node-scoped objects (nodes, leases in kube-node-lease, csinodes): the RP owning the node name;
 3. tenant-scoped objects (namespaces and everything namespaced): the TP owning the tenant;
-4. everything else: the system partition.
+4. everything else: the system partition. A write of a cluster-scoped definition that
+   tenants' objects depend on (`REPLICATED`: CRDs, admission policies and their bindings,
+   webhook configurations, PriorityClasses, RuntimeClasses) goes to the system partition and is
+   then replicated to every other live TP (`Route.replicate_to`): without it a CRD made through
+   the proxy would serve custom resources in the system partition's namespaces only, and an
+   admission policy would never apply to the other TPs' namespaces. Their reads (and their
+   status subresource, which each kube-apiserver writes itself) stay with the system partition.
 Cluster-wide LIST/WATCH (and deletecollection) of a namespaced resource is a union over all TPs;
 of a node-scoped resource, a union over all RPs; of leases (node Leases in the RPs' kube-node-lease,
 every other Lease in the TPs), a union over every partition (`kubectl get leases -A`), each
@@ -39,6 +45,21 @@ NODE_SCOPED = frozenset({("", "nodes"), ("storage.k8s.io", "csinodes")})
 NODE_LEASE = ("coordination.k8s.io", "leases")
 NAMESPACES = ("", "namespaces")
 _UNION_VERBS = frozenset({"list", "watch", "deletecollection"})
+# Cluster-scoped kinds whose writes every tenant partition gets (docs/partition-set.md,
+# "cluster-scoped definitions"): what a TP's kube-apiserver reads when it serves or admits a
+# tenant's objects. RBAC (ClusterRoles, bindings) stays per partition on purpose: each
+# partition's own authorizer is the proxy's, through SubjectAccessReviews to the owning partition.
+REPLICATED = frozenset({
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+    ("admissionregistration.k8s.io", "mutatingadmissionpolicies"),
+    ("admissionregistration.k8s.io", "mutatingadmissionpolicybindings"),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    ("scheduling.k8s.io", "priorityclasses"),
+    ("node.k8s.io", "runtimeclasses"),
+})
 _WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 # seconds; what a write to a fenced tenant is told to wait before retrying: a tenant move's
 # switch is a config reload every replica picks up within seconds (proxy.partition_set).
@@ -84,6 +105,7 @@ class Route:
     message: str = ""
     plain_text: bool = False  # answer `message` as text/plain, as kube-apiserver does for unknown paths
     retry_after: int = 0  # seconds, for a REJECT that the client should retry (Retry-After)
+    replicate_to: tuple[str, ...] = ()  # FORWARD of a replicated write: the other TPs that get it after
 
     def slot(self, partition: str) -> int:
         """The slot of `partition` in this route's RV space. Raises ValueError if absent."""
@@ -272,4 +294,7 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
 
     # 4. Everything else.
+    if key in REPLICATED and info.verb in _WRITE_VERBS and not info.subresource and not info.namespace:
+        others = tuple(t for t in p.tenant_partitions if t != p.system_partition)
+        return Route(RouteKind.FORWARD, (p.system_partition,), space, replicate_to=others)
     return Route(RouteKind.FORWARD, (p.system_partition,), space)

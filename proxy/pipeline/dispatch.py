@@ -1,5 +1,6 @@
 """The last step of the pipeline: answer from a watch cache when one can, else forward to the one
-partition or fan out over several (union list, union watch).
+partition or fan out over several (union list, union watch); a write of a cluster-scoped
+definition every TP needs is replicated (`proxy.replicate`).
 
 A read answered from a cache never reaches a partition, so it is authorized here with
 SubjectAccessReviews to every partition the answer comes from (`proxy.authz`). A partition path
@@ -13,6 +14,7 @@ from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
 from proxy.context import ProxyContext
 from proxy.forward import forward
 from proxy.messages import Exchange
+from proxy.replicate import replicate
 from proxy.union_list import union_list
 from proxy.union_watch import union_watch
 from routing.access import resource_attributes
@@ -36,7 +38,9 @@ class Dispatch:
         if ex.info.verb in _CACHE_VERBS and await self._from_cache(ex):
             return
         ex.route_kind = route.kind.value
-        if route.kind is RouteKind.FORWARD:
+        if route.kind is RouteKind.FORWARD and route.replicate_to:
+            await replicate(ex, self.ctx)
+        elif route.kind is RouteKind.FORWARD:
             await forward(ex, self.ctx)
         elif ex.info.verb == "watch":
             await union_watch(ex, self.ctx)

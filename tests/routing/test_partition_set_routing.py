@@ -97,3 +97,26 @@ def test_a_union_watch_a_partition_joins_stamps_its_initial_events_with_nothing_
     after = orjson.loads(merge.on_line("tp3", event("MODIFIED", "z", "zeta", 8))[0])
     assert new.decode(after["object"]["metadata"]["resourceVersion"]) == (11, 20, 8)
     assert rvcodec.compare(stamp, after["object"]["metadata"]["resourceVersion"]) < 0
+
+
+def test_writes_of_cluster_scoped_definitions_are_replicated_to_every_other_live_tp() -> None:
+    state = RoutingState(Placement.from_config(_config()), namespaced=frozenset())
+
+    def r(method: str, path: str) -> Any:
+        return decide(parse_request_info(method, path, {}), state)
+
+    for method, path in [
+        ("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
+        ("PUT", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"),
+        ("PATCH", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/p"),
+        ("DELETE", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/p"),
+        ("DELETE", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+    ]:
+        assert (r(method, path).partitions, r(method, path).replicate_to) == (("tp1",), ("tp2",)), (method, path)
+    for method, path in [
+        ("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"),  # reads: the system partition's
+        ("PUT", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com/status"),  # each kube-apiserver's own
+        ("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles"),  # RBAC stays per partition
+    ]:
+        assert r(method, path).replicate_to == (), (method, path)
+

@@ -1,0 +1,121 @@
+"""Cluster-scoped definitions tenants' objects depend on, written through the proxy, apply in
+every tenant partition (routing.decide.REPLICATED, proxy.replicate): a CRD serves custom
+resources in a tp2 tenant's namespace, a ValidatingAdmissionPolicy and its binding are enforced
+there, and deleting them through the proxy deletes every copy. Real kubectl, real partitions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+
+from tests.federation import Kube, KubectlError
+
+
+def crd(group: str) -> dict[str, object]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": True, "storage": True,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+        },
+    }
+
+
+def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.3)
+
+
+def succeeds(kube: Kube, *args: str, stdin: str | None = None) -> bool:
+    cmd = [kube.kubectl_path, "--kubeconfig", str(kube.admin), *args]
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60).returncode == 0
+
+
+def test_a_crd_made_through_the_proxy_serves_custom_resources_in_every_tenant_partition(kube: Kube, unique: str) -> None:
+    group = f"g{unique}.example.com"
+    kube.create(crd(group))
+    for partition in ("tp1", "tp2"):
+        kube.kubectl("get", "crd", f"widgets.{group}", kubeconfig=kube.direct(partition))
+    for namespace in (f"alpha-{unique}", f"nova-{unique}"):  # a tp1 tenant, a tp2 tenant
+        kube.kubectl("create", "namespace", namespace)
+        widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": namespace}, "spec": {"size": 3}}
+        eventually(lambda: succeeds(kube, "create", "-f", "-", stdin=json.dumps(widget)), 30, f"a Widget in {namespace}")
+    def listed() -> list[str]:  # a union over the TPs once routing has learned the new resource is namespaced
+        got = json.loads(kube.kubectl("get", f"widgets.{group}", "-A", "-o", "json"))
+        return sorted(i["metadata"]["namespace"] for i in got["items"])
+
+    eventually(lambda: listed() == [f"alpha-{unique}", f"nova-{unique}"], 10, "kubectl get widgets -A: both TPs")
+    direct = json.loads(kube.kubectl("get", f"widgets.{group}", "-n", f"nova-{unique}", "-o", "json", kubeconfig=kube.direct("tp2")))
+    assert [i["metadata"]["name"] for i in direct["items"]] == ["w"]
+
+    kube.kubectl("delete", "crd", f"widgets.{group}")
+    for partition in ("tp1", "tp2"):
+        eventually(lambda: not succeeds_direct(kube, partition, "get", "crd", f"widgets.{group}"), 60, f"the CRD gone from {partition}")
+
+
+def succeeds_direct(kube: Kube, partition: str, *args: str) -> bool:
+    try:
+        kube.kubectl(*args, kubeconfig=kube.direct(partition))
+    except KubectlError:
+        return False
+    return True
+
+
+def test_an_admission_policy_made_through_the_proxy_is_enforced_in_every_tenant_partition(kube: Kube, unique: str) -> None:
+    policy = f"no-forbidden-{unique}"
+    label = f"policy-{unique}"
+    vap = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": policy},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "validations": [{"expression": "!has(object.data) || !('forbidden' in object.data)", "message": f"forbidden by {policy}"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": policy},
+        "spec": {"policyName": policy, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {label: "on"}}}},
+    }
+    kube.create(vap)
+    kube.create(binding)
+    for namespace in (f"alpha-{unique}", f"nova-{unique}"):
+        kube.kubectl("create", "namespace", namespace)
+        kube.kubectl("label", "namespace", namespace, f"{label}=on")
+
+    def denied(namespace: str) -> bool:
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "c-", "namespace": namespace}, "data": {"forbidden": "x"}}
+        cmd = [kube.kubectl_path, "--kubeconfig", str(kube.admin), "create", "-f", "-"]
+        done = subprocess.run(cmd, input=json.dumps(cm), capture_output=True, text=True, timeout=60)
+        return done.returncode != 0 and f"forbidden by {policy}" in done.stderr
+
+    for namespace in (f"alpha-{unique}", f"nova-{unique}"):  # tp1 and tp2
+        eventually(lambda: denied(namespace), 30, f"the policy enforced in {namespace}")
+    kube.kubectl("create", "configmap", "allowed", "-n", f"nova-{unique}", "--from-literal=ok=1")  # the rest still admitted
+
+    kube.kubectl("delete", "validatingadmissionpolicybinding", policy)
+    kube.kubectl("delete", "validatingadmissionpolicy", policy)
+    for partition in ("tp1", "tp2"):
+        assert not succeeds_direct(kube, partition, "get", "validatingadmissionpolicy", policy)
+
+
+def test_a_copy_a_tenant_partition_refuses_is_reported_in_a_warning(kube: Kube, unique: str) -> None:
+    name = f"pc-{unique}"
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": 1000}
+    kube.create(pc, kubeconfig=kube.direct("tp2"))  # already there, made straight in tp2
+    cmd = [kube.kubectl_path, "--kubeconfig", str(kube.admin), "create", "-f", "-"]
+    done = subprocess.run(cmd, input=json.dumps(pc), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr  # the system partition took it: the write stands
+    assert "not replicated to tp2: 409 AlreadyExists" in done.stderr, done.stderr  # kubectl prints Warning headers
+    assert kube.metric("partition_proxy_replication_failures_total", partition="tp2", resource="priorityclasses") >= 1
+    kube.kubectl("delete", "priorityclass", name)  # both copies
+    assert not succeeds_direct(kube, "tp2", "get", "priorityclass", name)
