@@ -1,9 +1,9 @@
 """The partition set changed at runtime on real partitions (issue: scale out without a restart).
 
 A federation of its own: 3 TPs x 3 RPs, the proxy in front of tp1, tp2, rp1 and rp2 only. rp3
-already holds nodes and tp3 a tenant's namespace and pods when the config file gains them; 350
+already holds nodes and tp3 a tenant's namespace and pods when the config file gains them; 500
 watches are open through the proxy meanwhile (nodes by name, every node, pods by
-spec.nodeName: watch caches and union watches). Then rp3 is retired, a tenant is fenced and
+spec.nodeName: watch caches and union watches; a client-go pod informer). Then rp3 is retired, a tenant is fenced and
 moved, and a second replica shows how fast replicas converge on a change.
 """
 
@@ -28,12 +28,15 @@ import yaml
 from hack.proxy_process import ProxyProcess
 from routing import rv as rvcodec
 from tests.federation import Kube, node, pod, proxy_request, running_federation
+from tests.goclients import finish_rvcheck, reap_rvcheck, start_rvcheck
 
 NEW_NODES = [f"rp3-n{i}" for i in range(1, 6)]
 NEW_TENANT = "zeta"  # placed in tp3 by an explicit tenant map (the ranges split a-z over tp1, tp2)
-BY_NAME_PER_NODE = 40  # 200 watches of one rp3 node by name
-ALL_NODES = 50  # watches of every node
-PODS_ON_RP1_N1 = 100  # kubelet-style watches of the pods bound to rp1-n1, a union over the TPs
+BY_NAME_PER_NODE = 50  # 250 watches of one rp3 node by name
+ALL_NODES = 100  # watches of every node
+PODS_ON_RP1_N1 = 149  # kubelet-style watches of the pods bound to rp1-n1, a union over the TPs
+# ... and one client-go pod informer (rvcheck pod-watch): 500 watches in all
+RUN_LABEL = "density.partition-proxy.io/run"  # what rvcheck pod-watch selects
 CONVERGE_SECONDS = 10.0  # the bound asserted for a change to be served: one 2 s poll + applying it
 
 
@@ -45,7 +48,9 @@ def kube6(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         for name in NEW_NODES:
             kube.create(node(name), kubeconfig=kube.direct("rp3"))
         kube.kubectl("create", "namespace", f"{NEW_TENANT}-web", kubeconfig=kube.direct("tp3"))
-        kube.create(pod(f"{NEW_TENANT}-web", "z1", "rp1-n1"), kubeconfig=kube.direct("tp3"))
+        z1 = pod(f"{NEW_TENANT}-web", "z1", "rp1-n1")
+        z1["metadata"]["labels"] = {RUN_LABEL: "join"}  # type: ignore[index]
+        kube.create(z1, kubeconfig=kube.direct("tp3"))
         yield kube
 
 
@@ -98,7 +103,7 @@ async def open_watch(session: aiohttp.ClientSession, server: str, ctx: ssl.SSLCo
                 if event["type"] != "BOOKMARK":
                     watch.events.append(event)
             watch.ended = "end of stream"
-        except (aiohttp.ClientError, asyncio.CancelledError) as exc:
+        except (aiohttp.ClientError, asyncio.CancelledError, RuntimeError) as exc:  # RuntimeError: the session closed
             watch.ended = watch.ended or repr(exc)
         finally:
             response.release()
@@ -127,7 +132,7 @@ def monotonic_rvs(watch: Watch) -> bool:
     return all(rvcodec.compare(a, b) <= 0 for a, b in zip(rvs, rvs[1:]))
 
 
-async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube) -> None:
+async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, rvcheck: Path, request: pytest.FixtureRequest) -> None:
     server, ctx = kube6.proxy.server, kube6.client_ssl()
     config_path = kube6.proxy.config_path
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)) as s:
@@ -144,7 +149,12 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube) -
             for _ in range(PODS_ON_RP1_N1)
         ]
         watches = [*by_name, *every_node, *pods]
-        assert len(watches) == 350
+        ready = config_path.parent / "informer.ready"
+        informer = start_rvcheck(rvcheck, ["pod-watch", "--kubeconfig", str(kube6.admin), "--run", "join", "--duration", "5m",
+                                             "--ready-file", str(ready)])
+        request.addfinalizer(lambda: reap_rvcheck(informer))
+        await until(ready.exists, 60, "the client-go informer synced")
+        assert len(watches) + 1 == 500
         await asyncio.sleep(1)
         assert all(not w.events and not w.ended for w in watches)
 
@@ -173,6 +183,10 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube) -
         assert all(sorted(w.of("ADDED")) == NEW_NODES and len(w.events) == len(NEW_NODES) for w in every_node)
         assert all(len(w.events) == 1 for w in pods), "duplicated events"
         assert all(monotonic_rvs(w) for w in watches)
+        informer.send_signal(signal.SIGTERM)  # its report is written on the way out
+        report = finish_rvcheck(informer, "pod-watch", timeout=30)
+        assert report["seen"] == 1, report  # tp3's pod, through the informer's open watch
+        assert [s["watch_errors_total"] for s in report["streams"]] == [0], report  # no watch broke, no relist
 
         # An RV issued before the change still resumes (no 410), with the new partition's
         # objects as ADDED: from the cache (nodes) and through a union watch (pods).
