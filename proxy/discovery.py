@@ -7,12 +7,10 @@ DISCOVERY_REFRESH_SECONDS, and at once after a CRD is written through the proxy
 (`ProxyApp._follow_discovery`), so a custom resource made at runtime is routed as namespaced
 (`kubectl get widgets -A` is a union) without a restart.
 
-Discovery documents themselves (`/api`, `/apis`, per group-version, aggregated v2 with its
-Content-Type, ETag and 304, `/openapi/v2`, `/openapi/v3`) are forwarded to the system partition:
-every partition runs the same kube-apiserver build and CRDs written through the proxy are in
-every TP (proxy.replicate), so the system partition's documents are the federation's. (A CRD
-made straight in another TP is not discovered through the proxy: merged discovery documents are
-not built yet.)
+Discovery documents themselves: `/api`, `/version` and the like are the system partition's
+(every partition runs the same kube-apiserver build); `/apis`, the OpenAPI v3 index and OpenAPI
+v2 are merged over the TPs, and per group-version documents come from a TP that serves them
+(proxy.discovery_merge), so a CRD made straight in one TP is discovered through the proxy too.
 """
 
 from __future__ import annotations

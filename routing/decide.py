@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from routing.discovery_merge import document_of
 from routing.placement import NODE_LEASE_NAMESPACE, SYSTEM_NAMESPACES, Placement
 from routing.requestinfo import RequestInfo
 
@@ -106,6 +107,7 @@ class Route:
     plain_text: bool = False  # answer `message` as text/plain, as kube-apiserver does for unknown paths
     retry_after: int = 0  # seconds, for a REJECT that the client should retry (Retry-After)
     replicate_to: tuple[str, ...] = ()  # FORWARD of a replicated write: the other TPs that get it after
+    discovery_from: tuple[str, ...] = ()  # FORWARD of a discovery document: the other TPs merged in (routing.discovery_merge)
 
     def slot(self, partition: str) -> int:
         """The slot of `partition` in this route's RV space. Raises ValueError if absent."""
@@ -234,7 +236,11 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
     space = rv_space_of(info, state)
 
     if not info.is_resource_request or info.malformed:
-        # Discovery, /version, /openapi and paths kube-apiserver will answer itself.
+        # Discovery, /version, /openapi and paths kube-apiserver will answer itself; discovery
+        # and OpenAPI documents merged with the other TPs' (what a CRD made in one adds).
+        if not pinned and not info.malformed and info.method == "GET" and document_of(info.upstream_path, "") is not None:
+            others = tuple(t for t in p.tenant_partitions if t != p.system_partition)
+            return Route(RouteKind.FORWARD, (p.system_partition,), discovery_from=others)
         return Route(RouteKind.FORWARD, (pinned or p.system_partition,))
 
     node_scoped = is_node_scoped(info)

@@ -1,6 +1,7 @@
 """The last step of the pipeline: answer from a watch cache when one can, else forward to the one
 partition or fan out over several (union list, union watch); a write of a cluster-scoped
-definition every TP needs is replicated (`proxy.replicate`).
+definition every TP needs is replicated (`proxy.replicate`); discovery and OpenAPI documents
+are merged over the TPs (`proxy.discovery_merge`).
 
 A read answered from a cache never reaches a partition, so it is authorized here with
 SubjectAccessReviews to every partition the answer comes from (`proxy.authz`). A partition path
@@ -12,6 +13,7 @@ from __future__ import annotations
 from proxy import answers
 from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
 from proxy.context import ProxyContext
+from proxy.discovery_merge import serve_discovery
 from proxy.forward import forward
 from proxy.messages import Exchange
 from proxy.replicate import replicate
@@ -40,6 +42,8 @@ class Dispatch:
         ex.route_kind = route.kind.value
         if route.kind is RouteKind.FORWARD and route.replicate_to:
             await replicate(ex, self.ctx)
+        elif route.kind is RouteKind.FORWARD and route.discovery_from:
+            await serve_discovery(ex, self.ctx)
         elif route.kind is RouteKind.FORWARD:
             await forward(ex, self.ctx)
         elif ex.info.verb == "watch":

@@ -119,3 +119,42 @@ def test_a_copy_a_tenant_partition_refuses_is_reported_in_a_warning(kube: Kube, 
     assert kube.metric("partition_proxy_replication_failures_total", partition="tp2", resource="priorityclasses") >= 1
     kube.kubectl("delete", "priorityclass", name)  # both copies
     assert not succeeds_direct(kube, "tp2", "get", "priorityclass", name)
+
+
+async def test_a_crd_made_straight_in_tp2_is_discovered_and_served_through_the_proxy(kube: Kube, unique: str) -> None:
+    """Discovery and OpenAPI documents are merged over the TPs: `kubectl api-resources` lists a
+    CRD only tp2 has, its objects in a tp2 tenant's namespace are served, the OpenAPI v3 index
+    names its group-version and that document is served; the merged aggregated discovery has an
+    ETag and answers If-None-Match with 304, as kube-apiserver does."""
+    import aiohttp
+
+    group = f"d{unique}.example.com"
+    namespace = f"nova-{unique}"
+    kube.create(crd(group), kubeconfig=kube.direct("tp2"))
+    kube.kubectl("create", "namespace", namespace)
+    widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": namespace}}
+    eventually(lambda: succeeds_direct(kube, "tp2", "get", f"widgets.{group}", "-A"), 30, "the CRD established in tp2")
+    eventually(lambda: f"widgets.{group}" in kube.kubectl("api-resources", "-o", "name"), 30, "api-resources through the proxy")
+    assert f"widgets.{group}" not in kube.kubectl("api-resources", "-o", "name", kubeconfig=kube.direct("tp1"))
+    kube.create(widget)
+    assert json.loads(kube.kubectl("get", f"widgets.{group}", "-n", namespace, "-o", "json"))["items"][0]["metadata"]["name"] == "w"
+
+    ctx = kube.client_ssl()
+    accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+    async with aiohttp.ClientSession() as s:
+        async with s.get(kube.proxy.server + "/apis", headers={"Accept": accept}, ssl=ctx) as r:
+            assert r.status == 200
+            etag = r.headers["ETag"]
+            doc = await r.json(content_type=None)
+        assert group in [g["metadata"]["name"] for g in doc["items"]]
+        async with s.get(kube.proxy.server + "/apis", headers={"Accept": accept, "If-None-Match": etag}, ssl=ctx) as r:
+            assert r.status == 304 and r.headers["ETag"] == etag
+        async with s.get(kube.proxy.server + "/openapi/v3", ssl=ctx) as r:
+            index = await r.json(content_type=None)  # text/plain, as kube-apiserver answers it
+        url = index["paths"][f"apis/{group}/v1"]["serverRelativeURL"]
+        async with s.get(kube.proxy.server + url, ssl=ctx) as r:
+            assert r.status == 200, await r.text()
+            assert "Widget" in await r.text()
+        async with s.get(kube.proxy.server + f"/apis/{group}/v1", ssl=ctx) as r:  # legacy discovery: tp2's answer
+            assert r.status == 200 and [x["name"] for x in (await r.json())["resources"]] == ["widgets"]
+    kube.kubectl("delete", "crd", f"widgets.{group}", kubeconfig=kube.direct("tp2"))

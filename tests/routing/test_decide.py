@@ -296,9 +296,15 @@ def test_cluster_scoped_system_objects_go_to_the_system_partition_with_native_rv
     assert route(method, path) == Route(RouteKind.FORWARD, ("tp1",), ())
 
 
-@pytest.mark.parametrize("path", ["/api", "/api/v1", "/apis", "/apis/apps/v1", "/version", "/openapi/v3", "/healthz"])
+@pytest.mark.parametrize("path", ["/api", "/api/v1", "/version", "/healthz", "/openapi/v3/api/v1"])
 def test_discovery_goes_to_the_system_partition(path: str) -> None:
     assert route("GET", path) == Route(RouteKind.FORWARD, ("tp1",), ())
+
+
+@pytest.mark.parametrize("path", ["/apis", "/apis/", "/apis/apps/v1", "/openapi/v3", "/openapi/v2", "/openapi/v3/apis/apps/v1"])
+def test_group_discovery_and_openapi_merge_the_other_tenant_partitions(path: str) -> None:
+    assert route("GET", path) == Route(RouteKind.FORWARD, ("tp1",), (), discovery_from=("tp2",))
+    assert route("GET", "/partitions/tp2" + path) == Route(RouteKind.FORWARD, ("tp2",), ())  # pinned: that TP's own
 
 
 def test_malformed_path_goes_to_the_system_partition_to_be_answered_there() -> None:
