@@ -103,3 +103,29 @@ def test_a_dead_worker_stops_the_replica(workers_proxy: ProxyProcess) -> None:
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in workers if _alive(pid)]
+
+
+async def test_sighup_reloads_the_partition_set_in_every_worker_and_stops_none(kube: Kube, workers_proxy: ProxyProcess) -> None:
+    """The supervisor forwards SIGHUP; each worker re-reads the config (the partition set,
+    proxy.partition_set) and keeps serving: a hang-up never ends a worker."""
+    assert workers_proxy.popen is not None
+    workers = _workers_of(workers_proxy.popen.pid)
+    ctx = kube.client_ssl()
+
+    async def reloads() -> float:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{workers_proxy.server}/metrics", ssl=ctx) as r:
+                text = await r.text()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith('partition_proxy_partition_set_reloads_total{result="unchanged"}'))
+
+    before = await reloads()
+    workers_proxy.popen.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while await reloads() < before + WORKERS:
+        assert time.monotonic() < deadline, "not every worker re-read the config"
+        await asyncio.sleep(0.2)
+    assert all(_alive(pid) for pid in workers) and workers_proxy.popen.poll() is None
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{workers_proxy.server}/api/v1/namespaces", ssl=ctx) as r:
+            assert r.status == 200
