@@ -23,6 +23,7 @@ Shape (keys are snake_case; every model forbids unknown keys so a typo fails sta
     caches:                              # watch caches (default: nodes, and leases in kube-node-lease)
       - {name: nodes, resource: nodes, role: resource, label_selector: "", history: 1000}
     upstream: {connect_timeout_seconds: 5, request_timeout_seconds: 60}
+    kubelet: {client_cert_file, client_key_file, ca_file}   # optional: pods' logs via their kubelet
 
 Semantics of the rules are applied in `routing.placement`; this module only validates that
 the file is well formed and self-consistent (every referenced partition exists and has the
@@ -249,6 +250,27 @@ class UpstreamConfig(_Model):
     watch_inactivity_seconds: float = Field(default=90.0, gt=0)
 
 
+class KubeletConfig(_Model):
+    """How the proxy reaches a node's kubelet for what kube-apiserver proxies there (a pod's
+    log): a tenant partition's kube-apiserver cannot, as the Node lives in a resource partition
+    (docs/partition-set.md, "node-proxied requests"). `client_cert_file`/`client_key_file`: the
+    proxy's client certificate for kubelets (kube-apiserver's --kubelet-client-certificate);
+    `ca_file`: the CA of kubelets' serving certificates, None to not verify them (kube-apiserver
+    without --kubelet-certificate-authority); the first address of the node of a type in
+    `preferred_address_types` is dialled at its kubelet port (status.daemonEndpoints)."""
+
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+    ca_file: Path | None = None
+    preferred_address_types: tuple[str, ...] = ("InternalIP", "ExternalIP", "Hostname")
+
+    @model_validator(mode="after")
+    def _pair(self) -> KubeletConfig:
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            raise ValueError("client_cert_file and client_key_file go together")
+        return self
+
+
 class CacheConfig(_Model):
     """One label-selector-filtered watch cache over every partition of one role.
 
@@ -345,6 +367,7 @@ class ProxyConfig(_Model):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     failure: FailureConfig = Field(default_factory=FailureConfig)
+    kubelet: KubeletConfig | None = None  # None: a pod's log is asked of its tenant partition
 
     @model_validator(mode="after")
     def _consistent(self) -> ProxyConfig:

@@ -35,6 +35,7 @@ from proxy.discovery import DISCOVERY_REFRESH_SECONDS, namespaced_resources
 from proxy.fronts.http1 import Http1Front
 from proxy.fronts.http2 import Http2Front
 from proxy.fronts.listener import Listener
+from proxy.clients.kubelet import KubeletClient
 from proxy.loop_health import GcPauses, probe_loop_lag, sweep_frozen
 from proxy.metrics import METRICS_REFRESH_SECONDS, Metrics
 from proxy.overload import InflightLimiter
@@ -166,6 +167,8 @@ class ProxyApp:
             overload=InflightLimiter(config.failure),
             rv=rv,
         )
+        if config.kubelet is not None:
+            ctx.kubelet = KubeletClient(config.kubelet, config.upstream)
         holder.append(ctx)
         rv.bind(clients)
         app = cls(ctx)
@@ -319,6 +322,8 @@ class ProxyApp:
                 await task
         for client in self.ctx.clients.values():
             await client.close()
+        if self.ctx.kubelet is not None:
+            await self.ctx.kubelet.close()
         self.gc_pauses.close()
 
 

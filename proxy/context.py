@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -20,6 +20,9 @@ from proxy.overload import InflightLimiter
 from proxy.rv_epochs import ResourceVersions
 from routing.cache_policy import CacheSpec
 from routing.decide import RoutingState
+
+if TYPE_CHECKING:  # proxy.kubelet needs this module
+    from proxy.clients.kubelet import KubeletClient
 
 
 @dataclass(slots=True)
@@ -45,6 +48,8 @@ class ProxyContext:
     partition_set_listeners: set[Callable[[], None]] = field(default_factory=set)
     # set after a definition (a CRD) is written through the proxy: discovery is read again soon
     definitions_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # the proxy's client for kubelets (config `kubelet`), None when not configured
+    kubelet: KubeletClient | None = None
     # what /debug/partitions shows (proxy.partition_set.PartitionSet.debug), set by proxy.app
     debug_partitions: Callable[[], dict[str, Any]] | None = None
 

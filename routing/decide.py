@@ -108,6 +108,7 @@ class Route:
     retry_after: int = 0  # seconds, for a REJECT that the client should retry (Retry-After)
     replicate_to: tuple[str, ...] = ()  # FORWARD of a replicated write: the other TPs that get it after
     discovery_from: tuple[str, ...] = ()  # FORWARD of a discovery document: the other TPs merged in (routing.discovery_merge)
+    via_kubelet: bool = False  # FORWARD of a pod's log: the proxy reads the pod in its TP and asks its node's kubelet
 
     def slot(self, partition: str) -> int:
         """The slot of `partition` in this route's RV space. Raises ValueError if absent."""
@@ -291,6 +292,10 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         return Route(RouteKind.FORWARD, (p.system_partition,), space)
     if info.namespace:
         owner = owner_of_namespaced(info.namespace, state, tenant=info.tenant)
+        if key == ("", "pods") and info.subresource == "log" and info.verb == "get" and p.config.kubelet is not None:
+            # kube-apiserver proxies a pod's log to the kubelet of the pod's Node, which lives in
+            # an RP, not in the pod's TP: the proxy does it (proxy/kubelet.py)
+            return Route(RouteKind.FORWARD, (owner,), space, via_kubelet=True)
         return Route(RouteKind.FORWARD, (owner,), space)
     if is_every_lease_list(info):
         return Route(RouteKind.FAN_OUT, p.all_partitions, space, owner_filter=True)

@@ -1,7 +1,8 @@
 """The last step of the pipeline: answer from a watch cache when one can, else forward to the one
 partition or fan out over several (union list, union watch); a write of a cluster-scoped
 definition every TP needs is replicated (`proxy.replicate`); discovery and OpenAPI documents
-are merged over the TPs (`proxy.discovery_merge`).
+are merged over the TPs (`proxy.discovery_merge`); a pod's log is asked of its node's kubelet
+(`proxy.kubelet`).
 
 A read answered from a cache never reaches a partition, so it is authorized here with
 SubjectAccessReviews to every partition the answer comes from (`proxy.authz`). A partition path
@@ -15,6 +16,7 @@ from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
 from proxy.context import ProxyContext
 from proxy.discovery_merge import serve_discovery
 from proxy.forward import forward
+from proxy.kubelet import pod_log
 from proxy.messages import Exchange
 from proxy.replicate import replicate
 from proxy.union_list import union_list
@@ -44,6 +46,8 @@ class Dispatch:
             await replicate(ex, self.ctx)
         elif route.kind is RouteKind.FORWARD and route.discovery_from:
             await serve_discovery(ex, self.ctx)
+        elif route.kind is RouteKind.FORWARD and route.via_kubelet and self.ctx.kubelet is not None:
+            await pod_log(ex, self.ctx)
         elif route.kind is RouteKind.FORWARD:
             await forward(ex, self.ctx)
         elif ex.info.verb == "watch":

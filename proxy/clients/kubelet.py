@@ -1,0 +1,75 @@
+"""The proxy's HTTPS client for kubelets (config `kubelet`): what kube-apiserver's kubelet
+client is to it (--kubelet-client-certificate, --kubelet-certificate-authority). Used for a
+pod's log (proxy/kubelet.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from config.models import KubeletConfig, UpstreamConfig
+
+
+class KubeletUnreachable(Exception):
+    """The kubelet could not be connected to, or broke off before answering."""
+
+
+class KubeletAnswer:
+    """A kubelet's answer: `status`, `content_type`, the body whole (`read`) or as it comes."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.content_type = response.headers.get("Content-Type", "text/plain")
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; ends quietly when the kubelet goes away mid-stream."""
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except aiohttp.ClientError:
+            return
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class KubeletClient:
+    """One connection pool to every kubelet. Without `ca_file` kubelets' serving certificates
+    are not verified (kube-apiserver without --kubelet-certificate-authority)."""
+
+    def __init__(self, config: KubeletConfig, upstream: UpstreamConfig) -> None:
+        self.config = config
+        context = ssl.create_default_context(cafile=str(config.ca_file) if config.ca_file else None)
+        if config.ca_file is None:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if config.client_cert_file is not None and config.client_key_file is not None:
+            context.load_cert_chain(config.client_cert_file, config.client_key_file)
+        self._ssl = context
+        self._timeout = aiohttp.ClientTimeout(sock_connect=upstream.connect_timeout_seconds, sock_read=None)
+        self._session: aiohttp.ClientSession | None = None
+
+    @contextlib.asynccontextmanager
+    async def get(self, address: str, path: str) -> AsyncIterator[KubeletAnswer]:
+        """GET https://<address><path> (path with its query). Raises KubeletUnreachable."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False)
+        try:
+            response = await self._session.get(f"https://{address}{path}", ssl=self._ssl)
+        except (aiohttp.ClientError, OSError) as exc:
+            raise KubeletUnreachable(str(exc) or type(exc).__name__) from None
+        try:
+            yield KubeletAnswer(response)
+        finally:
+            response.release()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,121 @@
+"""A pod's log through the proxy (`kubectl logs`, `logs -f`): the pod lives in a tenant
+partition, its Node in a resource partition, so the TP's kube-apiserver cannot reach the
+kubelet; the proxy asks the node's kubelet itself (proxy/kubelet.py). The kubelet is a small
+HTTPS server registered as the node's kubelet endpoint (127.0.0.1, its port in the Node's
+status), serving `/containerLogs` as a kubelet does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from hack.federation import PROXY_ADMINS_GROUP
+from hack.proxy_process import ProxyProcess
+from tests.federation import Kube, pod
+
+LINES = [f"line {i}: hello from the container" for i in range(1, 6)]
+
+
+@dataclass
+class FakeKubelet:
+    port: int = 0
+    requests: list[tuple[str, dict[str, str], str]] = field(default_factory=list)  # (path, query, client CN)
+
+
+@pytest.fixture
+def proxy_with_kubelet(kube: Kube, tmp_path: Path) -> Iterator[tuple[ProxyProcess, Path]]:
+    crt, key = kube.fed.ca.issue_client(tmp_path, "proxy-kubelet-client", "partition-proxy-kubelet-client")
+    extra = {"kubelet": {"client_cert_file": str(crt), "client_key_file": str(key), "ca_file": str(kube.fed.ca_file)}}
+    proxy = ProxyProcess(kube.fed, tmp_path / "proxy", extra=extra).start()
+    admin = kube.fed.issue_client_kubeconfig("admin-log", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)
+    try:
+        yield proxy, admin
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+async def fake_kubelet(kube: Kube, tmp_path: Path) -> AsyncIterator[FakeKubelet]:
+    state = FakeKubelet()
+
+    async def logs(request: web.Request) -> web.StreamResponse:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        subject = dict(x[0] for x in (peer or {}).get("subject", ()))
+        state.requests.append((request.path, dict(request.query), subject.get("commonName", "")))
+        lines = LINES[-int(request.query["tailLines"]):] if "tailLines" in request.query else LINES
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        for line in lines:
+            await response.write((line + "\n").encode())
+            if request.query.get("follow") == "true":
+                await asyncio.sleep(0.1)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", logs)
+    crt, key = kube.fed.ca.issue_serving(tmp_path, "kubelet", ["127.0.0.1"])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(kube.fed.ca_file))
+    context.load_cert_chain(crt, key)
+    context.verify_mode = ssl.CERT_REQUIRED  # a kubelet authenticates its callers
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    state.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield state
+    finally:
+        await runner.cleanup()
+
+
+def kubectl(kube: Kube, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([kube.kubectl_path, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=60)
+
+
+async def test_kubectl_logs_through_the_proxy_reach_the_pods_kubelet(
+    kube: Kube, unique: str, proxy_with_kubelet: tuple[ProxyProcess, Path], fake_kubelet: FakeKubelet
+) -> None:
+    _, admin = proxy_with_kubelet
+    node_name, namespace = f"rp1-log-{unique}", f"nova-{unique}"  # node in rp1, tenant in tp2
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}}
+    kube.create(node)
+    status = {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                         "daemonEndpoints": {"kubeletEndpoint": {"Port": fake_kubelet.port}}}}
+    await asyncio.to_thread(kube.kubectl, "patch", "node", node_name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    await asyncio.to_thread(kube.kubectl, "create", "namespace", namespace)
+    kube.create(pod(namespace, "p", node_name))
+    two = pod(namespace, "two", node_name)
+    two["spec"]["containers"].append({"name": "side", "image": "registry.k8s.io/pause:3.10"})  # type: ignore[index]
+    kube.create(two)
+    kube.create(pod(namespace, "unbound", node_name) | {"spec": {"containers": [{"name": "app", "image": "x"}]}})
+
+    done = await asyncio.to_thread(kubectl, kube, admin, "logs", "p", "-n", namespace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "".join(line + "\n" for line in LINES)
+    follow = await asyncio.to_thread(kubectl, kube, admin, "logs", "-f", "p", "-n", namespace, "--tail=3")
+    assert follow.returncode == 0 and follow.stdout.splitlines() == LINES[-3:], follow.stderr
+    path, query, client = fake_kubelet.requests[-1]
+    assert path == f"/containerLogs/{namespace}/p/app" and query == {"follow": "true", "tailLines": "3"}
+    assert client == "partition-proxy-kubelet-client"  # the proxy's own kubelet client certificate
+
+    # kube-apiserver's answers for what it refuses itself
+    many = await asyncio.to_thread(kubectl, kube, admin, "get", "--raw", f"/api/v1/namespaces/{namespace}/pods/two/log")
+    assert many.returncode != 0 and "a container name must be specified for pod two, choose one of: [app side]" in many.stderr
+    wrong = await asyncio.to_thread(kubectl, kube, admin, "logs", "p", "-n", namespace, "-c", "nope")
+    assert wrong.returncode != 0 and "container nope is not valid for pod p" in wrong.stderr
+    unbound = await asyncio.to_thread(kubectl, kube, admin, "logs", "unbound", "-n", namespace)
+    assert unbound.returncode != 0 and "does not have a host assigned" in unbound.stderr
+    missing = await asyncio.to_thread(kubectl, kube, admin, "logs", "gone", "-n", namespace)
+    assert missing.returncode != 0 and 'pods "gone" not found' in missing.stderr
+
+    # The reference: the pod's own tenant partition cannot answer it (its Node is in rp1).
+    direct = await asyncio.to_thread(kubectl, kube, kube.direct("tp2"), "logs", "p", "-n", namespace)
+    assert direct.returncode != 0 and "not found" in direct.stderr, direct

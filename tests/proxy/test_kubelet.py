@@ -1,0 +1,36 @@
+"""The pure parts of a pod's log through the proxy (proxy.kubelet): which container, which
+kubelet address."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.kubelet import kubelet_address, log_container
+
+
+def a_pod(*containers: str, default: str = "", init: tuple[str, ...] = ()) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p"}
+    if default:
+        meta["annotations"] = {"kubectl.kubernetes.io/default-container": default}
+    return {"metadata": meta, "spec": {"containers": [{"name": c} for c in containers], "initContainers": [{"name": c} for c in init]}}
+
+
+def test_the_container_is_the_asked_one_the_default_or_the_only_one() -> None:
+    assert log_container(a_pod("app"), "") == ("app", "")
+    assert log_container(a_pod("app", "side"), "side") == ("side", "")
+    assert log_container(a_pod("app", "side", default="side"), "") == ("side", "")
+    assert log_container(a_pod("app", init=("setup",)), "setup") == ("setup", "")
+    assert log_container(a_pod("app", "side"), "") == (None, "a container name must be specified for pod p, choose one of: [app side]")
+    assert log_container(a_pod("app"), "nope") == (None, "container nope is not valid for pod p")
+
+
+def test_the_kubelet_address_is_the_first_preferred_type_at_the_kubelet_port() -> None:
+    node = {"status": {"addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.7"},
+                                     {"type": "InternalIP", "address": "fd00::7"}],
+                       "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}}
+    assert kubelet_address(node, ("InternalIP", "Hostname")) == "10.0.0.7:10250"
+    assert kubelet_address(node, ("Hostname",)) == "n1:10250"
+    assert kubelet_address({"status": {"addresses": [{"type": "InternalIP", "address": "fd00::7"}], "daemonEndpoints": {"kubeletEndpoint": {"Port": 1}}}},
+                           ("InternalIP",)) == "[fd00::7]:1"
+    assert kubelet_address({"status": {"addresses": node["status"]["addresses"]}}, ("InternalIP",)) is None  # no port
+    assert kubelet_address(node, ("ExternalIP",)) is None
