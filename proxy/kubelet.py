@@ -1,4 +1,4 @@
-"""A pod's log, asked of its node's kubelet by the proxy (`Route.via_kubelet`).
+"""A pod's log, exec and attach, asked of its node's kubelet by the proxy (`Route.via_kubelet`).
 
 kube-apiserver answers `GET .../pods/<name>/log` by proxying to the kubelet of the pod's Node
 (k8s.io/kubernetes/pkg/registry/core/pod/rest/log.go, LogLocation: the Node's address of the
@@ -11,27 +11,35 @@ streams the kubelet's answer with its own kubelet client certificate (`kubelet:`
 Errors are kube-apiserver's: 404 for a missing pod, 400 for a pod without a node or an unknown
 or unnamed container (its messages), 503 when the kubelet cannot be reached.
 
-Not done yet: exec, attach and port-forward, which need the same kubelet connection plus an
-upgraded stream (SPDY/3.1, or WebSocket with the translation kube-apiserver does: KEP-4006).
+exec and attach take the same path to the kubelet with the client's WebSocket relayed message
+by message (`pod_stream`). Not done: port-forward (its WebSocket protocol tunnels SPDY, KEP-4006),
+and SPDY upgrades (kubectl before 1.31; kubectl falls back to SPDY only when WebSocket fails).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from multidict import CIMultiDict
 
 from proxy import answers
 from proxy.clients.errors import APINotFound, UpstreamError
-from proxy.clients.kubelet import KubeletUnreachable
+from proxy.clients.kubelet import KubeletRefused, KubeletUnreachable, KubeletWebSocket
 from proxy.context import ProxyContext
-from proxy.messages import Answer, Exchange
+from proxy.messages import Answer, ClientGone, Exchange, WebSocketChannel
 from routing.access import resource_attributes
 
 # The query parameters of a log request the kubelet takes (PodLogOptions, as LogLocation passes them).
 _LOG_PARAMS = ("follow", "previous", "sinceSeconds", "sinceTime", "timestamps", "tailLines", "limitBytes")
 _DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
+# PodExecOptions/PodAttachOptions flags -> the kubelet's parameters (pkg/registry/core/pod/strategy.go, streamParams)
+_STREAM_FLAGS = {"stdin": "input", "stdout": "output", "stderr": "error", "tty": "tty"}
+_KUBELET_PATHS = {"exec": "exec", "attach": "attach"}
 
 
 def kubelet_address(node: dict[str, Any], preferred: tuple[str, ...]) -> str | None:
@@ -64,45 +72,65 @@ def log_container(pod: dict[str, Any], asked: str) -> tuple[str | None, str]:
     return asked, ""
 
 
-async def pod_log(ex: Exchange, ctx: ProxyContext) -> None:
-    """Answer a pod's log (module docstring)."""
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a request for a pod's container goes: the kubelet's host:port, the container, the
+    node and the RP that holds it (for messages)."""
+
+    address: str
+    container: str
+    node: str
+    resource_partition: str
+
+
+async def _target(ex: Exchange, ctx: ProxyContext, verb: str) -> _Target | Answer:
+    """Authorize `verb` on the pod's subresource in its TP, find its container and its node's
+    kubelet; the Answer to give instead when something is missing (kube-apiserver's)."""
     assert ex.route is not None and ex.identity is not None
     info, request = ex.info, ex.request
-    kubelet = ctx.kubelet
-    assert kubelet is not None
+    assert ctx.kubelet is not None
     tenant_partition = ex.route.partitions[0]
     ex.target = tenant_partition
-    attributes = {**resource_attributes(info, request.query), "subresource": info.subresource}
+    attributes = {**resource_attributes(info, request.query), "verb": verb, "subresource": info.subresource}
     decision = await ctx.authz.allowed(ex.identity, attributes, [tenant_partition])
     if not decision.allowed:
-        return await ex.respond(answers.forbidden(ex.identity, info, decision.reason))
+        return answers.forbidden(ex.identity, info, decision.reason)
     try:
         pod = await ctx.clients[tenant_partition].get_json(f"/api/v1/namespaces/{quote(info.namespace)}/pods/{quote(info.name)}")
     except APINotFound:
-        return await ex.respond(answers.status_answer(404, "NotFound", f'pods "{info.name}" not found', details={"name": info.name, "kind": "pods"}))
+        return answers.status_answer(404, "NotFound", f'pods "{info.name}" not found', details={"name": info.name, "kind": "pods"})
     except UpstreamError as exc:
-        return await ex.respond(answers.unavailable_answer(tenant_partition, str(exc), 1))
+        return answers.unavailable_answer(tenant_partition, str(exc), 1)
     container, problem = log_container(pod, request.query.get("container", ""))
     if container is None:
-        return await ex.respond(answers.bad_request(problem))
+        return answers.bad_request(problem)
     node_name = (pod.get("spec") or {}).get("nodeName", "")
     if not node_name:
-        return await ex.respond(answers.bad_request(f"pod {info.name} does not have a host assigned"))
-    placement = ctx.routing.placement
-    resource_partition = ctx.routing.node_index.get(node_name) or placement.partition_of_node(node_name)
+        return answers.bad_request(f"pod {info.name} does not have a host assigned")
+    resource_partition = ctx.routing.node_index.get(node_name) or ctx.routing.placement.partition_of_node(node_name)
     try:
         node = await ctx.clients[resource_partition].get_json(f"/api/v1/nodes/{quote(node_name)}")
     except APINotFound:
-        return await ex.respond(answers.status_answer(404, "NotFound", f'nodes "{node_name}" not found', details={"name": node_name, "kind": "nodes"}))
+        return answers.status_answer(404, "NotFound", f'nodes "{node_name}" not found', details={"name": node_name, "kind": "nodes"})
     except UpstreamError as exc:
-        return await ex.respond(answers.unavailable_answer(resource_partition, str(exc), 1))
-    address = kubelet_address(node, kubelet.config.preferred_address_types)
+        return answers.unavailable_answer(resource_partition, str(exc), 1)
+    address = kubelet_address(node, ctx.kubelet.config.preferred_address_types)
     if address is None:
-        return await ex.respond(answers.unavailable_answer(resource_partition, f"node {node_name} has no kubelet address", 1))
+        return answers.unavailable_answer(resource_partition, f"node {node_name} has no kubelet address", 1)
+    return _Target(address, container, node_name, resource_partition)
+
+
+async def pod_log(ex: Exchange, ctx: ProxyContext) -> None:
+    """Answer a pod's log (module docstring)."""
+    assert ctx.kubelet is not None
+    info, request = ex.info, ex.request
+    target = await _target(ex, ctx, "get")
+    if isinstance(target, Answer):
+        return await ex.respond(target)
     query = urlencode([(k, request.query[k]) for k in _LOG_PARAMS if k in request.query])
-    path = f"/containerLogs/{quote(info.namespace)}/{quote(info.name)}/{quote(container)}" + (f"?{query}" if query else "")
+    path = f"/containerLogs/{quote(info.namespace)}/{quote(info.name)}/{quote(target.container)}" + (f"?{query}" if query else "")
     try:
-        async with kubelet.get(address, path) as answer:
+        async with ctx.kubelet.get(target.address, path) as answer:
             headers = CIMultiDict({"Content-Type": answer.content_type})
             if answer.status != 200:
                 return await ex.respond(Answer(answer.status, await answer.read(), headers, content_type=None))
@@ -113,4 +141,78 @@ async def pod_log(ex: Exchange, ctx: ProxyContext) -> None:
             await ex.writer.end()
     except KubeletUnreachable as exc:
         if not ex.writer.started:
-            await ex.respond(answers.unavailable_answer(resource_partition, f"kubelet of node {node_name}: {exc}", 1))
+            await ex.respond(answers.unavailable_answer(target.resource_partition, f"kubelet of node {target.node}: {exc}", 1))
+
+
+def stream_query(query_string: str) -> str:
+    """The kubelet's query for an exec or attach: PodExecOptions/PodAttachOptions as
+    kube-apiserver's streamParams writes them (stdin -> input=1, stdout -> output=1,
+    stderr -> error=1, tty -> tty=1, every `command`)."""
+    out: list[tuple[str, str]] = []
+    for key, value in parse_qsl(query_string, keep_blank_values=True):
+        if key in _STREAM_FLAGS and value.lower() in ("true", "1"):
+            out.append((_STREAM_FLAGS[key], "1"))
+        elif key == "command":
+            out.append(("command", value))
+    return urlencode(out)
+
+
+def offered_protocols(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The WebSocket subprotocols a client offers (Sec-WebSocket-Protocol, in its order), ()
+    when the request is no WebSocket upgrade."""
+    if "websocket" not in headers.get("Upgrade", "").lower():
+        return ()
+    return tuple(p.strip() for p in headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip())
+
+
+async def pod_stream(ex: Exchange, ctx: ProxyContext) -> None:
+    """exec or attach: the client's WebSocket (KEP-4006: v5.channel.k8s.io and earlier
+    channel protocols, what kubectl >= 1.31 speaks) relayed message by message to a WebSocket
+    to the node's kubelet, which serves the same protocols (its streaming server takes
+    WebSocket as well as SPDY). A SPDY upgrade, or none, answers 400 as kube-apiserver answers
+    a request it cannot upgrade."""
+    assert ctx.kubelet is not None
+    info, request = ex.info, ex.request
+    protocols = offered_protocols(request.headers)
+    if not protocols:
+        return await ex.respond(answers.bad_request("Upgrade request required: the proxy streams exec and attach over WebSocket only"))
+    target = await _target(ex, ctx, "create")  # kube-apiserver >= 1.35 asks create for a WebSocket exec
+    if isinstance(target, Answer):
+        return await ex.respond(target)
+    query = stream_query(request.query_string)
+    path = f"/{_KUBELET_PATHS[info.subresource]}/{quote(info.namespace)}/{quote(info.name)}/{quote(target.container)}?{query}"
+    try:
+        async with ctx.kubelet.websocket(target.address, path, protocols) as upstream:
+            client = await ex.writer.accept_websocket(upstream.protocol)
+            if client is None:
+                return await ex.respond(answers.bad_request("Upgrade request required: upgrade over HTTP/1.1"))
+            await _relay(client, upstream)
+    except KubeletRefused as exc:
+        if not ex.writer.started:
+            await ex.respond(answers.status_answer(exc.status if exc.status >= 400 else 502, "InternalError", f"kubelet of node {target.node}: {exc}"))
+    except KubeletUnreachable as exc:
+        if not ex.writer.started:
+            await ex.respond(answers.unavailable_answer(target.resource_partition, f"kubelet of node {target.node}: {exc}", 1))
+
+
+async def _relay(client: WebSocketChannel, upstream: KubeletWebSocket) -> None:
+    """Messages both ways until either side closes; then the other is closed with the same code."""
+
+    async def down() -> None:
+        while (message := await upstream.receive()) is not None:
+            await client.send(message)
+        await client.close(upstream.close_code)
+
+    async def up() -> None:
+        while (message := await client.receive()) is not None:
+            await upstream.send(message)
+
+    tasks = [asyncio.create_task(down()), asyncio.create_task(up())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, ClientGone, KubeletUnreachable):
+                await task

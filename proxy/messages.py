@@ -117,6 +117,19 @@ class LineSource(Protocol):
         the lines queued before."""
 
 
+class WebSocketChannel(Protocol):
+    """A client's WebSocket once its upgrade is complete: binary messages both ways."""
+
+    async def receive(self) -> bytes | None:
+        """The next binary (or text, as bytes) message; None once the client closed."""
+
+    async def send(self, data: bytes) -> None:
+        """Send one binary message. Raises ClientGone."""
+
+    async def close(self, code: int = 1000, message: bytes = b"") -> None:
+        """Close with a WebSocket close code (1000: normal)."""
+
+
 class ResponseWriter(Protocol):
     """How the pipeline answers. Exactly one of `respond` or `start` is called per request."""
 
@@ -141,6 +154,10 @@ class ResponseWriter(Protocol):
 
     async def end(self) -> None:
         """End a streamed answer cleanly (a closed client is not an error here)."""
+
+    async def accept_websocket(self, protocol: str) -> WebSocketChannel | None:
+        """Complete the client's WebSocket upgrade (RFC 6455) choosing subprotocol `protocol`;
+        None when this front end cannot (HTTP/2: clients upgrade over HTTP/1.1)."""
 
     def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
         """Stream `source` on without the request's task, if this front end can (after `start`):

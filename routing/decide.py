@@ -62,6 +62,7 @@ REPLICATED = frozenset({
     ("node.k8s.io", "runtimeclasses"),
 })
 _WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+_VIA_KUBELET = frozenset({"log", "exec", "attach"})  # pod subresources the proxy takes to the kubelet
 # seconds; what a write to a fenced tenant is told to wait before retrying: a tenant move's
 # switch is a config reload every replica picks up within seconds (proxy.partition_set).
 FENCE_RETRY_AFTER = 5
@@ -292,9 +293,9 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         return Route(RouteKind.FORWARD, (p.system_partition,), space)
     if info.namespace:
         owner = owner_of_namespaced(info.namespace, state, tenant=info.tenant)
-        if key == ("", "pods") and info.subresource == "log" and info.verb == "get" and p.config.kubelet is not None:
-            # kube-apiserver proxies a pod's log to the kubelet of the pod's Node, which lives in
-            # an RP, not in the pod's TP: the proxy does it (proxy/kubelet.py)
+        if key == ("", "pods") and info.subresource in _VIA_KUBELET and info.name and p.config.kubelet is not None:
+            # kube-apiserver proxies a pod's log, exec and attach to the kubelet of the pod's
+            # Node, which lives in an RP, not in the pod's TP: the proxy does it (proxy/kubelet.py)
             return Route(RouteKind.FORWARD, (owner,), space, via_kubelet=True)
         return Route(RouteKind.FORWARD, (owner,), space)
     if is_every_lease_list(info):

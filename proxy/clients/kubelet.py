@@ -1,6 +1,6 @@
 """The proxy's HTTPS client for kubelets (config `kubelet`): what kube-apiserver's kubelet
 client is to it (--kubelet-client-certificate, --kubelet-certificate-authority). Used for a
-pod's log (proxy/kubelet.py)."""
+pod's log, exec and attach (proxy/kubelet.py)."""
 
 from __future__ import annotations
 
@@ -59,10 +59,8 @@ class KubeletClient:
     @contextlib.asynccontextmanager
     async def get(self, address: str, path: str) -> AsyncIterator[KubeletAnswer]:
         """GET https://<address><path> (path with its query). Raises KubeletUnreachable."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False)
         try:
-            response = await self._session.get(f"https://{address}{path}", ssl=self._ssl)
+            response = await self._open().get(f"https://{address}{path}", ssl=self._ssl)
         except (aiohttp.ClientError, OSError) as exc:
             raise KubeletUnreachable(str(exc) or type(exc).__name__) from None
         try:
@@ -70,6 +68,62 @@ class KubeletClient:
         finally:
             response.release()
 
+    @contextlib.asynccontextmanager
+    async def websocket(self, address: str, path: str, protocols: tuple[str, ...]) -> AsyncIterator[KubeletWebSocket]:
+        """A WebSocket to https://<address><path> offering `protocols` (the client's, in its
+        order). Raises KubeletUnreachable, or KubeletRefused with the kubelet's answer."""
+        session = self._open()
+        try:
+            ws = await session.ws_connect(f"https://{address}{path}", protocols=protocols, ssl=self._ssl, autoping=True, max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise KubeletRefused(exc.status, exc.message) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise KubeletUnreachable(str(exc) or type(exc).__name__) from None
+        try:
+            yield KubeletWebSocket(ws)
+        finally:
+            await ws.close()
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False)
+        return self._session
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+class KubeletRefused(Exception):
+    """The kubelet answered a WebSocket upgrade with something else than 101."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status} {message}")
+        self.status = status
+
+
+class KubeletWebSocket:
+    """A WebSocket to a kubelet: `protocol` it chose, binary messages both ways."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self._ws = ws
+        self.protocol = ws.protocol or ""
+
+    async def receive(self) -> bytes | None:
+        """The next message; None once the kubelet closed (`close_code` says how)."""
+        message = await self._ws.receive()
+        if message.type is aiohttp.WSMsgType.BINARY:
+            return bytes(message.data)
+        if message.type is aiohttp.WSMsgType.TEXT:
+            return str(message.data).encode()
+        return None
+
+    @property
+    def close_code(self) -> int:
+        return self._ws.close_code or 1000
+
+    async def send(self, data: bytes) -> None:
+        try:
+            await self._ws.send_bytes(data)
+        except (ConnectionError, aiohttp.ClientError) as exc:
+            raise KubeletUnreachable(str(exc)) from None

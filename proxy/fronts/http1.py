@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 from multidict import CIMultiDict
 
 from proxy.pipeline.chain import Pipeline
-from proxy.messages import Answer, ClientGone, Headers, LineSource, Request
+from proxy.messages import Answer, ClientGone, Headers, LineSource, Request, WebSocketChannel
 
 
 class _Body:
@@ -90,6 +90,15 @@ class Writer:
         except ConnectionError as exc:
             raise ClientGone(str(exc)) from None
 
+    async def accept_websocket(self, protocol: str) -> WebSocketChannel | None:
+        ws = web.WebSocketResponse(protocols=(protocol,), autoping=True, max_msg_size=0)
+        self.response, self.status = ws, 101
+        try:
+            await ws.prepare(self._request)
+        except ConnectionError as exc:
+            raise ClientGone(str(exc)) from None
+        return _WebSocket(ws)
+
     def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
         return False  # aiohttp ends a response when its handler returns: the task streams it
 
@@ -100,6 +109,32 @@ class Writer:
             await self.response.write_eof()
         except ConnectionError:
             pass  # the client is gone: nothing left to end
+
+
+class _WebSocket:
+    """A WebSocketChannel over aiohttp's WebSocketResponse."""
+
+    __slots__ = ("_ws",)
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self._ws = ws
+
+    async def receive(self) -> bytes | None:
+        message = await self._ws.receive()
+        if message.type is WSMsgType.BINARY:
+            return bytes(message.data)
+        if message.type is WSMsgType.TEXT:
+            return str(message.data).encode()
+        return None  # close, closing, closed, error
+
+    async def send(self, data: bytes) -> None:
+        try:
+            await self._ws.send_bytes(data)
+        except ConnectionError as exc:
+            raise ClientGone(str(exc)) from None
+
+    async def close(self, code: int = 1000, message: bytes = b"") -> None:
+        await self._ws.close(code=code, message=message)
 
 
 def adapt(request: web.BaseRequest) -> Request:

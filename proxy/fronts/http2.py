@@ -45,7 +45,7 @@ import h2.exceptions
 import h2.settings
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
-from proxy.messages import Answer, ClientGone, Headers, LineSource, NoBody, Outcome, Request
+from proxy.messages import Answer, ClientGone, Headers, LineSource, NoBody, Outcome, Request, WebSocketChannel
 from proxy.pipeline.chain import Pipeline
 
 log = logging.getLogger("partition_proxy.http2")
@@ -202,6 +202,9 @@ class _Writer:
         if not self._ended:
             self._ended = True
             self._conn.end_stream(self._stream)
+
+    async def accept_websocket(self, protocol: str) -> WebSocketChannel | None:
+        return None  # no RFC 8441 extended CONNECT: kubectl upgrades over HTTP/1.1
 
     def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
         if self._conn.closing or not self.started:

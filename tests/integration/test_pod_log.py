@@ -1,8 +1,9 @@
-"""A pod's log through the proxy (`kubectl logs`, `logs -f`): the pod lives in a tenant
-partition, its Node in a resource partition, so the TP's kube-apiserver cannot reach the
-kubelet; the proxy asks the node's kubelet itself (proxy/kubelet.py). The kubelet is a small
-HTTPS server registered as the node's kubelet endpoint (127.0.0.1, its port in the Node's
-status), serving `/containerLogs` as a kubelet does."""
+"""A pod's log and exec through the proxy (`kubectl logs`, `logs -f`, `exec`, `exec -i`): the
+pod lives in a tenant partition, its Node in a resource partition, so the TP's kube-apiserver
+cannot reach the kubelet; the proxy asks the node's kubelet itself (proxy/kubelet.py). The
+kubelet is a small HTTPS server registered as the node's kubelet endpoint (127.0.0.1, its port
+in the Node's status), serving `/containerLogs` and `/exec` (WebSocket, v5.channel.k8s.io: the
+channel protocol of k8s.io/apimachinery/pkg/util/httpstream/wsstream) as a kubelet does."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ LINES = [f"line {i}: hello from the container" for i in range(1, 6)]
 class FakeKubelet:
     port: int = 0
     requests: list[tuple[str, dict[str, str], str]] = field(default_factory=list)  # (path, query, client CN)
+    protocols: list[str] = field(default_factory=list)  # WebSocket subprotocol of each exec
 
 
 @pytest.fixture
@@ -59,8 +61,34 @@ async def fake_kubelet(kube: Kube, tmp_path: Path) -> AsyncIterator[FakeKubelet]
                 await asyncio.sleep(0.1)
         return response
 
+    async def exec_(request: web.Request) -> web.StreamResponse:
+        """A container that runs `echo ARGS`, `cat` (stdin to stdout) or `exit N`."""
+        state.requests.append((request.path, {"command": " ".join(request.query.getall("command", [])),
+                                              **{k: v for k, v in request.query.items() if k != "command"}}, ""))
+        ws = web.WebSocketResponse(protocols=("v5.channel.k8s.io", "v4.channel.k8s.io"))
+        await ws.prepare(request)
+        state.protocols.append(ws.ws_protocol or "")
+        command = request.query.getall("command", [])
+        status: dict[str, object] = {"metadata": {}, "status": "Success"}
+        if command[:1] == ["echo"]:
+            await ws.send_bytes(b"\x01" + " ".join(command[1:]).encode() + b"\n")
+        elif command == ["cat"]:
+            async for message in ws:
+                data = bytes(message.data)
+                if data[:1] == b"\xff":  # v5: CLOSE of a stream (stdin)
+                    break
+                if data[:1] == b"\x00":
+                    await ws.send_bytes(b"\x01" + data[1:])
+        elif command[:1] == ["exit"]:
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode", "message": f"command terminated with non-zero exit code",
+                      "details": {"causes": [{"reason": "ExitCode", "message": command[1]}]}}
+        await ws.send_bytes(b"\x03" + json.dumps(status).encode())
+        await ws.close()
+        return ws
+
     app = web.Application()
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", logs)
+    app.router.add_get("/exec/{namespace}/{pod}/{container}", exec_)
     crt, key = kube.fed.ca.issue_serving(tmp_path, "kubelet", ["127.0.0.1"])
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(kube.fed.ca_file))
     context.load_cert_chain(crt, key)
@@ -118,4 +146,33 @@ async def test_kubectl_logs_through_the_proxy_reach_the_pods_kubelet(
 
     # The reference: the pod's own tenant partition cannot answer it (its Node is in rp1).
     direct = await asyncio.to_thread(kubectl, kube, kube.direct("tp2"), "logs", "p", "-n", namespace)
+    assert direct.returncode != 0 and "not found" in direct.stderr, direct
+
+
+async def test_kubectl_exec_through_the_proxy_reaches_the_pods_kubelet_over_websocket(
+    kube: Kube, unique: str, proxy_with_kubelet: tuple[ProxyProcess, Path], fake_kubelet: FakeKubelet
+) -> None:
+    _, admin = proxy_with_kubelet
+    node_name, namespace = f"rp2-exec-{unique}", f"alpha-{unique}"  # node in rp2, tenant in tp1
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}})
+    status = {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                         "daemonEndpoints": {"kubeletEndpoint": {"Port": fake_kubelet.port}}}}
+    await asyncio.to_thread(kube.kubectl, "patch", "node", node_name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    await asyncio.to_thread(kube.kubectl, "create", "namespace", namespace)
+    kube.create(pod(namespace, "p", node_name))
+
+    done = await asyncio.to_thread(kubectl, kube, admin, "exec", "p", "-n", namespace, "--", "echo", "hello", "world")
+    assert (done.returncode, done.stdout) == (0, "hello world\n"), done.stderr
+    path, query, _ = fake_kubelet.requests[-1]
+    assert path == f"/exec/{namespace}/p/app" and query == {"command": "echo hello world", "output": "1", "error": "1"}
+    assert fake_kubelet.protocols[-1] == "v5.channel.k8s.io"  # kubectl's newest, relayed as chosen
+
+    cat = await asyncio.to_thread(
+        lambda: subprocess.run([kube.kubectl_path, "--kubeconfig", str(admin), "exec", "-i", "p", "-n", namespace, "--", "cat"],
+                               input="line one\nline two\n", capture_output=True, text=True, timeout=60))
+    assert (cat.returncode, cat.stdout) == (0, "line one\nline two\n"), cat.stderr
+    failed = await asyncio.to_thread(kubectl, kube, admin, "exec", "p", "-n", namespace, "--", "exit", "3")
+    assert failed.returncode == 3, (failed.returncode, failed.stderr)  # the exit code kubectl reads from the status channel
+    # The reference: the pod's own tenant partition cannot answer it (its Node is in rp2).
+    direct = await asyncio.to_thread(kubectl, kube, kube.direct("tp1"), "exec", "p", "-n", namespace, "--", "echo", "x")
     assert direct.returncode != 0 and "not found" in direct.stderr, direct

@@ -34,3 +34,14 @@ def test_the_kubelet_address_is_the_first_preferred_type_at_the_kubelet_port() -
                            ("InternalIP",)) == "[fd00::7]:1"
     assert kubelet_address({"status": {"addresses": node["status"]["addresses"]}}, ("InternalIP",)) is None  # no port
     assert kubelet_address(node, ("ExternalIP",)) is None
+
+
+def test_exec_options_become_the_kubelets_parameters() -> None:
+    from proxy.kubelet import offered_protocols, stream_query
+
+    assert stream_query("command=sh&command=-c&command=echo+hi&stdin=true&stdout=true&stderr=false&tty=1&container=app") == (
+        "command=sh&command=-c&command=echo+hi&input=1&output=1&tty=1"
+    )
+    assert offered_protocols({"Upgrade": "websocket", "Sec-WebSocket-Protocol": "v5.channel.k8s.io, v4.channel.k8s.io"}) == (
+        "v5.channel.k8s.io", "v4.channel.k8s.io")
+    assert offered_protocols({"Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "v4.channel.k8s.io"}) == ()

@@ -77,6 +77,9 @@ class Writer:
     async def end(self) -> None:
         pass
 
+    async def accept_websocket(self, protocol: str) -> Any:
+        return None
+
     def detach(self, source: Any, *, deadline: float, on_end: Any) -> bool:
         return False
 
