@@ -74,10 +74,14 @@ async def serve_discovery(ex: Exchange, ctx: ProxyContext) -> None:
         return await ex.respond(Answer(status, raw, downstream_response_headers(got, keep_length=False), content_type=None))
     try:
         docs = [orjson.loads(r[1]) for r in answered if r[0] == 200]
-        body = orjson.dumps(dm.merge(kind, docs))
+        merged = dm.merge(kind, docs)
     except (orjson.JSONDecodeError, ValueError):
-        body = raw  # a partition answered something that is not the document: the system partition's stands
-    etag = dm.etag_of(body)
+        merged = None  # a partition answered something that is not the document: the system partition's stands
+    if merged is None or merged == docs[0]:
+        body, etag = raw, got.get("ETag") or dm.etag_of(raw)  # nothing added: kube-apiserver's own bytes
+    else:
+        body = orjson.dumps(merged) + (b"\n" if raw.endswith(b"\n") else b"")  # Go's encoder ends with a newline
+        etag = dm.etag_of(body)
     out = CIMultiDict({"Content-Type": got.get("Content-Type", "application/json"), "ETag": etag})
     if "Vary" in got:
         out["Vary"] = got["Vary"]
