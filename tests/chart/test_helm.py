@@ -427,3 +427,20 @@ def test_workers_are_passed_and_multiply_the_memory(helm: Helm, workers: int) ->
 def test_workers_below_one_fail_the_schema(helm: Helm) -> None:
     result = helm.template_text(values={"proxy": {"workers": 0}}, check=False)
     assert result.returncode != 0 and "workers" in result.stderr
+
+
+def test_a_kubelet_client_secret_is_mounted_and_named_in_the_config(helm: Helm) -> None:
+    assert "kubelet" not in rendered_config(helm.template())  # off by default: the TPs answer
+    values = {"proxy": {"kubelet": {"existingSecret": "proxy-kubelet-client"}}}
+    manifests = helm.template(values=values)
+    assert rendered_config(manifests)["kubelet"] == {
+        "client_cert_file": "/etc/partition-proxy/kubelet/tls.crt",
+        "client_key_file": "/etc/partition-proxy/kubelet/tls.key",
+        "ca_file": "/etc/partition-proxy/kubelet/ca.crt",
+    }
+    pod = by_kind(manifests)["Deployment"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/etc/partition-proxy/kubelet"]["secret"]["secretName"] == "proxy-kubelet-client"
+    no_ca = rendered_config(helm.template(values={"proxy": {"kubelet": {"existingSecret": "s", "caKey": ""}}}))
+    assert "ca_file" not in no_ca["kubelet"]

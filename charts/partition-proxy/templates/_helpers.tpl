@@ -130,6 +130,13 @@ render in exponent form (helm holds numbers as float64).
   "resource_versions" (dict "table_namespace" $p.resourceVersions.tableNamespace "table_name" $p.resourceVersions.tableName "refresh_seconds" $p.resourceVersions.refreshSeconds "retain_epochs" (int $p.resourceVersions.retainEpochs))
   "upstream" (dict "connect_timeout_seconds" $p.upstream.connectTimeoutSeconds "request_timeout_seconds" $p.upstream.requestTimeoutSeconds)
   "caches" $caches }}
+{{- if $p.kubelet.existingSecret }}
+{{- $kubelet := dict "client_cert_file" (printf "%s/%s" $p.mountPaths.kubelet $p.kubelet.certKey) "client_key_file" (printf "%s/%s" $p.mountPaths.kubelet $p.kubelet.keyKey) }}
+{{- if $p.kubelet.caKey }}
+{{- $_ := set $kubelet "ca_file" (printf "%s/%s" $p.mountPaths.kubelet $p.kubelet.caKey) }}
+{{- end }}
+{{- $_ := set $config "kubelet" $kubelet }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
