@@ -67,6 +67,21 @@ rules:
 - apiGroups: ["storage.k8s.io"]
   resources: [csinodes]
   verbs: [get, list, watch]
+# Replicated definitions a TP lacks (one that joined, one that missed a write) are created in it
+# by the proxy itself (proxy/definitions_sync.py).
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, create]
+- apiGroups: ["scheduling.k8s.io"]
+  resources: [priorityclasses]
+  verbs: [get, list, create]
+- apiGroups: ["node.k8s.io"]
+  resources: [runtimeclasses]
+  verbs: [get, list, create]
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: [validatingadmissionpolicies, validatingadmissionpolicybindings, validatingwebhookconfigurations,
+              mutatingwebhookconfigurations]
+  verbs: [get, list, create]
 # Cached reads are authorized with SubjectAccessReviews to the owning partitions; bearer
 # tokens are checked with TokenReviews.
 - apiGroups: ["authorization.k8s.io"]

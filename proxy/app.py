@@ -31,6 +31,7 @@ from proxy.cache.reflector import Reflector
 from proxy.cache.watch_cache import WatchCache
 from proxy.clients.partition import PartitionClient, open_partition
 from proxy.context import ProxyContext
+from proxy.definitions_sync import follow_definitions
 from proxy.discovery import DISCOVERY_REFRESH_SECONDS, namespaced_resources
 from proxy.fronts.http1 import Http1Front
 from proxy.fronts.http2 import Http2Front
@@ -118,6 +119,7 @@ class ProxyApp:
 
     def __init__(self, ctx: ProxyContext) -> None:
         self.ctx = ctx
+        self.definitions_wake = asyncio.Event()  # a TP joined: copy the replicated definitions to it now
         self.pipeline = Pipeline(ctx)
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[asyncio.Server] = []
@@ -177,6 +179,7 @@ class ProxyApp:
         app._spawn("resource-version-table", rv.run())
         app._spawn("partition-set", app.partition_set.run())
         app._spawn("discovery", app._follow_discovery())
+        app._spawn("definitions-sync", follow_definitions(ctx, app.definitions_wake))
         app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag, on_tick=app.gc_pauses.drain))
         app._spawn("gc-sweep-frozen", sweep_frozen())
         if ctx.metrics.multiprocess:
@@ -272,6 +275,8 @@ class ProxyApp:
                 self._start_reflector(cache, partition)
         ctx.cache_specs = [c.policy_spec() for c in ctx.caches]
         ctx.partition_set_changed()
+        if any(name in ctx.routing.placement.tenant_partitions for name in change.joined):
+            self.definitions_wake.set()
         for name in change.retired:
             if name in ctx.clients:
                 await ctx.clients.pop(name).close()

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -158,6 +159,10 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
         await asyncio.sleep(1)
         assert all(not w.events and not w.ended for w in watches)
 
+        # A replicated definition made before tp3 joins: tp3 gets it when it joins.
+        priority_class = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "before-tp3"}, "value": 7}
+        kube6.create(priority_class)
+
         # -- rp3 and tp3 join ------------------------------------------------------------------
         before = debug_partitions(kube6)["version"]
 
@@ -194,6 +199,13 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
         resumed_pods = await open_watch(s, server, ctx, "/api/v1/pods", {"fieldSelector": "spec.nodeName=rp1-n1", "resourceVersion": pods_rv})
         await until(lambda: len(resumed_nodes.of("ADDED")) == len(NEW_NODES) and resumed_pods.of("ADDED") == ["z1"], 30, "resumed watches")
         assert not resumed_nodes.ended and not resumed_pods.ended
+
+        def in_tp3() -> bool:
+            done = subprocess.run([kube6.kubectl_path, "--kubeconfig", str(kube6.direct("tp3")), "get", "priorityclass", "before-tp3"],
+                                  capture_output=True, text=True, timeout=30)
+            return done.returncode == 0
+
+        await until(in_tp3, 15, "the PriorityClass made before tp3 joined created in tp3 (proxy/definitions_sync.py)")
 
         # Lists are unions over the new set; a new namespace of the tenant lands in tp3.
         _, names = await list_rv(s, server, ctx, "/api/v1/nodes")

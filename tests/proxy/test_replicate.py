@@ -15,3 +15,12 @@ def test_a_replicated_json_body_loses_the_system_partitions_resource_version_and
     refused = (409, orjson.dumps({"kind": "Status", "reason": "AlreadyExists", "message": 'x "y" already exists'}), None)
     assert _failure("tp2", refused, delete=False) == "299 - \"not replicated to tp2: 409 AlreadyExists x 'y' already exists\""  # type: ignore[arg-type]
     assert _failure("tp2", (404, b"{}", None), delete=True) is None  # type: ignore[arg-type]
+
+
+def test_a_listed_definition_becomes_a_create_body_without_what_the_server_sets() -> None:
+    from proxy.definitions_sync import creatable
+
+    listed = {"metadata": {"name": "pc", "uid": "u", "resourceVersion": "5", "creationTimestamp": "t", "generation": 1,
+                           "managedFields": [{}], "labels": {"a": "b"}}, "value": 7, "status": {"x": 1}}
+    assert creatable(listed, "PriorityClass", "scheduling.k8s.io/v1") == {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "pc", "labels": {"a": "b"}}, "value": 7}

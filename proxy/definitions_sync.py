@@ -1,0 +1,95 @@
+"""Replicated definitions (routing.decide.REPLICATED) kept present in every tenant partition.
+
+Writes through the proxy reach every live TP at once (proxy.replicate). What that misses: a TP
+that joins the partition set later, and a TP that did not answer when the write was made. This
+loop creates, in every live TP other than the system partition, each replicated definition the
+system partition has and the TP lacks: at once when a TP joins (`wake`), and every
+DEFINITIONS_SYNC_SECONDS. It only creates what is missing, with the proxy's own credential (which
+needs get, list and create on these kinds in every TP: hack/federation.py RBAC_YAML); it never
+updates or deletes a definition that differs (an operator's change in one TP is not overwritten;
+a delete a TP missed stays missed), and counts what it could not create in
+`partition_proxy_replication_failures_total`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from proxy.clients.errors import APIConflict, APINotFound, UpstreamError
+from proxy.context import ProxyContext
+
+log = logging.getLogger("partition_proxy.definitions_sync")
+
+# seconds between two full syncs: a TP that missed a write gets it within this long; one sync is
+# a list per kind per TP (a few requests), so 5 minutes costs nothing and bounds the gap.
+DEFINITIONS_SYNC_SECONDS = 300.0
+# The served version of each replicated kind, listed in this order (CRDs first: what a policy
+# may refer to is defined before it).
+KIND_PATHS = (
+    ("customresourcedefinitions", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
+    ("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+    ("runtimeclasses", "/apis/node.k8s.io/v1/runtimeclasses"),
+    ("validatingadmissionpolicies", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"),
+    ("validatingadmissionpolicybindings", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"),
+    ("validatingwebhookconfigurations", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"),
+    ("mutatingwebhookconfigurations", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"),
+)
+_SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink", "deletionTimestamp")
+
+
+def creatable(obj: dict[str, Any], kind: str, api_version: str) -> dict[str, Any]:
+    """A listed object as a create body: kind and apiVersion set, what the server sets dropped
+    (metadata it fills in, status)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _SERVER_SET}
+    out = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
+    return {**out, "apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+async def sync_definitions(ctx: ProxyContext) -> int:
+    """One pass (module docstring): the definitions created."""
+    placement = ctx.routing.placement
+    system = ctx.clients.get(placement.system_partition)
+    targets = [p for p in placement.tenant_partitions if p != placement.system_partition and p in ctx.clients]
+    if system is None or not targets:
+        return 0
+    created = 0
+    for resource, path in KIND_PATHS:
+        try:
+            source = await system.get_json(path)
+        except (APINotFound, UpstreamError, ValueError):
+            continue  # not served here (or the system partition is away): next pass
+        kind = str(source.get("kind", "")).removesuffix("List")
+        api_version = str(source.get("apiVersion", ""))
+        wanted = {(i.get("metadata") or {}).get("name"): i for i in source.get("items") or ()}
+        for partition in targets:
+            client = ctx.clients[partition]
+            try:
+                have = {(i.get("metadata") or {}).get("name") for i in (await client.get_json(path)).get("items") or ()}
+            except (UpstreamError, ValueError):
+                continue
+            for name, obj in wanted.items():
+                if name in have:
+                    continue
+                try:
+                    await client.send_json("POST", path, creatable(obj, kind, api_version))
+                    created += 1
+                except APIConflict:
+                    pass  # made meanwhile
+                except (UpstreamError, ValueError) as exc:
+                    ctx.metrics.replication_failures.labels(partition, resource).inc()
+                    log.warning("definitions: %s %s not created in %s: %s", resource, name, partition, exc)
+    if created:
+        log.info("definitions: created %d missing in %s", created, ", ".join(targets))
+    return created
+
+
+async def follow_definitions(ctx: ProxyContext, wake: asyncio.Event) -> None:
+    """Sync every DEFINITIONS_SYNC_SECONDS, and at once when `wake` is set (a TP joined)."""
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(wake.wait(), DEFINITIONS_SYNC_SECONDS)
+        wake.clear()
+        await sync_definitions(ctx)
