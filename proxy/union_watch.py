@@ -72,6 +72,11 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
         start = await ctx.rv.start_vector(codec, client_rv)
     except rvcodec.RVError as exc:
         return await ex.respond(answers.expired_answer(f"too old resource version: {client_rv} ({exc})"))
+    gone = [p for i, p in enumerate(codec.space) if start is not None and start[i] and p in codec.retired]
+    if gone:
+        # The client holds objects of a partition that left: a union watch cannot tell it they
+        # are gone one by one (it keeps no state); a relist can.
+        return await ex.respond(answers.expired_answer(f"too old resource version: {client_rv} (partition {gone[0]} left the partition set)"))
     accept = union_accept(request.headers.get("Accept", ""))
     if accept is None:
         return await ex.respond(answers.not_acceptable())

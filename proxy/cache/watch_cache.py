@@ -558,13 +558,10 @@ class WatchCache:
         yield b"]}"
 
     def resumable(self, vector: tuple[int, ...]) -> bool:
-        """Whether the ring holds every event after `vector` (see the module docstring). A
-        retired partition this process never saw (field 0 here) is not asked about."""
-        retired = self.codec.retired
-        return all(
-            f <= r <= v or (v == 0 and self.space[i] in retired)
-            for i, (f, r, v) in enumerate(zip(self._floor, vector, self._vector))
-        )
+        """Whether the ring holds every event after `vector` (see the module docstring). For a
+        retired partition that means its DELETED events: a client that saw its objects cannot
+        resume here if this process never held them (its field 0 here, as after a restart)."""
+        return all(f <= r <= v for f, r, v in zip(self._floor, vector, self._vector))
 
     def reached(self, vector: tuple[int, ...]) -> bool:
         """Whether the cache is at or past `vector` in every live partition."""
