@@ -23,7 +23,7 @@ Shape (keys are snake_case; every model forbids unknown keys so a typo fails sta
     caches:                              # watch caches (default: nodes, and leases in kube-node-lease)
       - {name: nodes, resource: nodes, role: resource, label_selector: "", history: 1000}
     upstream: {connect_timeout_seconds: 5, request_timeout_seconds: 60}
-    kubelet: {client_cert_file, client_key_file, ca_file}   # optional: pods' logs, exec, attach via their kubelet
+    kubelet: {client_cert_file, client_key_file, ca_file}   # optional: pods' logs, exec, attach, port-forward via their kubelet
 
 Semantics of the rules are applied in `routing.placement`; this module only validates that
 the file is well formed and self-consistent (every referenced partition exists and has the
@@ -252,7 +252,7 @@ class UpstreamConfig(_Model):
 
 class KubeletConfig(_Model):
     """How the proxy reaches a node's kubelet for what kube-apiserver proxies there (a pod's
-    log, exec, attach): a tenant partition's kube-apiserver cannot, as the Node lives in a resource partition
+    log, exec, attach, port-forward): a tenant partition's kube-apiserver cannot, as the Node lives in a resource partition
     (proxy/kubelet.py). `client_cert_file`/`client_key_file`: the
     proxy's client certificate for kubelets (kube-apiserver's --kubelet-client-certificate);
     `ca_file`: the CA of kubelets' serving certificates, None to not verify them (kube-apiserver
@@ -367,7 +367,7 @@ class ProxyConfig(_Model):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     failure: FailureConfig = Field(default_factory=FailureConfig)
-    kubelet: KubeletConfig | None = None  # None: a pod's log, exec, attach are asked of its tenant partition
+    kubelet: KubeletConfig | None = None  # None: a pod's log, exec, attach, port-forward are asked of its TP
 
     @model_validator(mode="after")
     def _consistent(self) -> ProxyConfig:

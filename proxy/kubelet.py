@@ -12,15 +12,16 @@ Errors are kube-apiserver's: 404 for a missing pod, 400 for a pod without a node
 or unnamed container (its messages), 503 when the kubelet cannot be reached.
 
 exec and attach take the same path to the kubelet with the client's WebSocket relayed message
-by message (`pod_stream`). Not done: port-forward (its WebSocket protocol tunnels SPDY, KEP-4006),
-and SPDY upgrades (kubectl before 1.31; kubectl falls back to SPDY only when WebSocket fails).
+by message (`pod_stream`); port-forward relays the SPDY session kubectl tunnels in its WebSocket
+to a SPDY upgrade at the kubelet (`pod_port_forward`). Not done: SPDY upgrades straight from the
+client (kubectl before 1.31; kubectl falls back to SPDY only when WebSocket fails).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -40,6 +41,8 @@ _DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
 # PodExecOptions/PodAttachOptions flags -> the kubelet's parameters (pkg/registry/core/pod/strategy.go, streamParams)
 _STREAM_FLAGS = {"stdin": "input", "stdout": "output", "stderr": "error", "tty": "tty"}
 _KUBELET_PATHS = {"exec": "exec", "attach": "attach"}
+# bytes read from the kubelet per relayed WebSocket message of a port-forward
+_RELAY_CHUNK = 64 * 1024
 
 
 def kubelet_address(node: dict[str, Any], preferred: tuple[str, ...]) -> str | None:
@@ -83,7 +86,7 @@ class _Target:
     resource_partition: str
 
 
-async def _target(ex: Exchange, ctx: ProxyContext, verb: str) -> _Target | Answer:
+async def _target(ex: Exchange, ctx: ProxyContext, verb: str, *, container: bool = True) -> _Target | Answer:
     """Authorize `verb` on the pod's subresource in its TP, find its container and its node's
     kubelet; the Answer to give instead when something is missing (kube-apiserver's)."""
     assert ex.route is not None and ex.identity is not None
@@ -101,8 +104,8 @@ async def _target(ex: Exchange, ctx: ProxyContext, verb: str) -> _Target | Answe
         return answers.status_answer(404, "NotFound", f'pods "{info.name}" not found', details={"name": info.name, "kind": "pods"})
     except UpstreamError as exc:
         return answers.unavailable_answer(tenant_partition, str(exc), 1)
-    container, problem = log_container(pod, request.query.get("container", ""))
-    if container is None:
+    chosen, problem = log_container(pod, request.query.get("container", "")) if container else ("", "")
+    if chosen is None:
         return answers.bad_request(problem)
     node_name = (pod.get("spec") or {}).get("nodeName", "")
     if not node_name:
@@ -117,7 +120,7 @@ async def _target(ex: Exchange, ctx: ProxyContext, verb: str) -> _Target | Answe
     address = kubelet_address(node, ctx.kubelet.config.preferred_address_types)
     if address is None:
         return answers.unavailable_answer(resource_partition, f"node {node_name} has no kubelet address", 1)
-    return _Target(address, container, node_name, resource_partition)
+    return _Target(address, chosen, node_name, resource_partition)
 
 
 async def pod_log(ex: Exchange, ctx: ProxyContext) -> None:
@@ -207,12 +210,71 @@ async def _relay(client: WebSocketChannel, upstream: KubeletWebSocket) -> None:
         while (message := await client.receive()) is not None:
             await upstream.send(message)
 
-    tasks = [asyncio.create_task(down()), asyncio.create_task(up())]
+    await _until_either_ends(down(), up())
+
+
+async def _until_either_ends(*directions: Coroutine[Any, Any, None]) -> None:
+    """Run both directions of a relay until one ends, then stop the other (a side that went
+    away while being written to ends its direction too)."""
+    tasks = [asyncio.create_task(d) for d in directions]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, ClientGone, KubeletUnreachable):
+            with contextlib.suppress(asyncio.CancelledError, ClientGone, KubeletUnreachable, ConnectionError):
                 await task
+
+
+# The WebSocket subprotocol prefix of SPDY tunnelled over WebSocket (KEP-4006; client-go
+# tools/portforward/tunneling_dialer.go, constants.WebsocketsSPDYTunnelingPrefix).
+SPDY_TUNNELING_PREFIX = "SPDY/3.1+"
+
+
+async def pod_port_forward(ex: Exchange, ctx: ProxyContext) -> None:
+    """port-forward: kubectl (>= 1.31) tunnels its SPDY session inside a WebSocket (subprotocol
+    `SPDY/3.1+portforward.k8s.io`); kube-apiserver's TunnelingHandler unwraps it and relays the
+    SPDY bytes to the kubelet's SPDY upgrade. The proxy does the same: it upgrades to SPDY/3.1 at
+    the kubelet (`/portForward/<namespace>/<pod>`) and relays WebSocket message payloads as the
+    byte stream, both ways. SPDY itself is never parsed."""
+    assert ctx.kubelet is not None
+    info, request = ex.info, ex.request
+    tunnelled = [p for p in offered_protocols(request.headers) if p.startswith(SPDY_TUNNELING_PREFIX)]
+    if not tunnelled:
+        return await ex.respond(answers.bad_request("Upgrade request required: the proxy forwards ports over WebSocket (SPDY/3.1+portforward.k8s.io) only"))
+    target = await _target(ex, ctx, "create", container=False)
+    if isinstance(target, Answer):
+        return await ex.respond(target)
+    ports = [("port", v) for k, v in parse_qsl(request.query_string) if k == "ports"]
+    path = f"/portForward/{quote(info.namespace)}/{quote(info.name)}" + (f"?{urlencode(ports)}" if ports else "")
+    protocol = tunnelled[0]
+    try:
+        reader, writer = await ctx.kubelet.upgrade(target.address, path, "SPDY/3.1", protocol.removeprefix(SPDY_TUNNELING_PREFIX))
+    except KubeletRefused as exc:
+        return await ex.respond(answers.status_answer(exc.status if exc.status >= 400 else 502, "InternalError", f"kubelet of node {target.node}: {exc}"))
+    except KubeletUnreachable as exc:
+        return await ex.respond(answers.unavailable_answer(target.resource_partition, f"kubelet of node {target.node}: {exc}", 1))
+    try:
+        client = await ex.writer.accept_websocket(protocol)
+        if client is None:
+            return await ex.respond(answers.bad_request("Upgrade request required: upgrade over HTTP/1.1"))
+        await _relay_bytes(client, reader, writer)
+    finally:
+        writer.close()
+
+
+async def _relay_bytes(client: WebSocketChannel, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """WebSocket messages to a byte stream and back until either side ends."""
+
+    async def down() -> None:
+        while chunk := await reader.read(_RELAY_CHUNK):
+            await client.send(chunk)
+        await client.close()
+
+    async def up() -> None:
+        while (message := await client.receive()) is not None:
+            writer.write(message)
+            await writer.drain()
+
+    await _until_either_ends(down(), up())

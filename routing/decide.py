@@ -62,7 +62,7 @@ REPLICATED = frozenset({
     ("node.k8s.io", "runtimeclasses"),
 })
 _WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-_VIA_KUBELET = frozenset({"log", "exec", "attach"})  # pod subresources the proxy takes to the kubelet
+_VIA_KUBELET = frozenset({"log", "exec", "attach", "portforward"})  # pod subresources the proxy takes to the kubelet
 # seconds; what a write to a fenced tenant is told to wait before retrying: a tenant move's
 # switch is a config reload every replica picks up within seconds (proxy.partition_set).
 FENCE_RETRY_AFTER = 5

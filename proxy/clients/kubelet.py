@@ -1,9 +1,10 @@
 """The proxy's HTTPS client for kubelets (config `kubelet`): what kube-apiserver's kubelet
 client is to it (--kubelet-client-certificate, --kubelet-certificate-authority). Used for a
-pod's log, exec and attach (proxy/kubelet.py)."""
+pod's log, exec, attach and port-forward (proxy/kubelet.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
@@ -83,6 +84,36 @@ class KubeletClient:
             yield KubeletWebSocket(ws)
         finally:
             await ws.close()
+
+    async def upgrade(self, address: str, path: str, upgrade: str, protocol: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """An HTTP/1.1 upgrade to `upgrade` (e.g. SPDY/3.1) of https://<address><path> with
+        X-Stream-Protocol-Version `protocol`, as kube-apiserver's upgrade-aware proxy sends it:
+        the connection once the kubelet answered 101, its bytes to relay as they are. Raises
+        KubeletUnreachable, or KubeletRefused with the kubelet's status."""
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, int(port), ssl=self._ssl, server_hostname=host if self.config.ca_file else None),
+                self._timeout.sock_connect,
+            )
+        except (OSError, ValueError, asyncio.TimeoutError) as exc:
+            raise KubeletUnreachable(str(exc) or type(exc).__name__) from None
+        request = (f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n"
+                   f"X-Stream-Protocol-Version: {protocol}\r\n\r\n")
+        try:
+            writer.write(request.encode())
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._timeout.sock_connect)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError) as exc:
+            writer.close()
+            raise KubeletUnreachable(str(exc) or type(exc).__name__) from None
+        status_line = head.split(b"\r\n", 1)[0].decode(errors="replace")
+        parts = status_line.split(" ", 2)
+        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        if status != 101:
+            writer.close()
+            raise KubeletRefused(status, status_line)
+        return reader, writer
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -16,7 +16,7 @@ from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
 from proxy.context import ProxyContext
 from proxy.discovery_merge import serve_discovery
 from proxy.forward import forward
-from proxy.kubelet import pod_log, pod_stream
+from proxy.kubelet import pod_log, pod_port_forward, pod_stream
 from proxy.messages import Exchange
 from proxy.replicate import replicate
 from proxy.union_list import union_list
@@ -47,7 +47,8 @@ class Dispatch:
         elif route.kind is RouteKind.FORWARD and route.discovery_from:
             await serve_discovery(ex, self.ctx)
         elif route.kind is RouteKind.FORWARD and route.via_kubelet and self.ctx.kubelet is not None:
-            await (pod_log if ex.info.subresource == "log" else pod_stream)(ex, self.ctx)
+            handler = {"log": pod_log, "portforward": pod_port_forward}.get(ex.info.subresource, pod_stream)
+            await handler(ex, self.ctx)
         elif route.kind is RouteKind.FORWARD:
             await forward(ex, self.ctx)
         elif ex.info.verb == "watch":

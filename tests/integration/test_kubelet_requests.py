@@ -1,4 +1,4 @@
-"""A pod's log and exec through the proxy (`kubectl logs`, `logs -f`, `exec`, `exec -i`): the
+"""A pod's log, exec and port-forward through the proxy (`kubectl logs`, `logs -f`, `exec`, `port-forward`): the
 pod lives in a tenant partition, its Node in a resource partition, so the TP's kube-apiserver
 cannot reach the kubelet; the proxy asks the node's kubelet itself (proxy/kubelet.py). The
 kubelet is a small HTTPS server registered as the node's kubelet endpoint (127.0.0.1, its port
@@ -176,3 +176,62 @@ async def test_kubectl_exec_through_the_proxy_reaches_the_pods_kubelet_over_webs
     # The reference: the pod's own tenant partition cannot answer it (its Node is in rp2).
     direct = await asyncio.to_thread(kubectl, kube, kube.direct("tp1"), "exec", "p", "-n", namespace, "--", "echo", "x")
     assert direct.returncode != 0 and "not found" in direct.stderr, direct
+
+
+async def test_kubectl_port_forward_through_the_proxy_relays_its_spdy_session_to_the_kubelet(
+    kube: Kube, unique: str, proxy_with_kubelet: tuple[ProxyProcess, Path], tmp_path: Path
+) -> None:
+    """kubectl (>= 1.31) tunnels SPDY inside a WebSocket; the proxy upgrades to SPDY/3.1 at the
+    kubelet and relays the bytes (as kube-apiserver's TunnelingHandler does). The kubelet here
+    speaks just enough SPDY to echo a forwarded connection (tests/spdy.py)."""
+    from tests.spdy import EchoPortForward
+
+    _, admin = proxy_with_kubelet
+    upgrades: list[bytes] = []
+    sessions: list[EchoPortForward] = []
+
+    async def kubelet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        upgrades.append(head)
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+                     b"X-Stream-Protocol-Version: portforward.k8s.io\r\n\r\n")
+        session = EchoPortForward(reader, writer)
+        sessions.append(session)
+        await session.serve()
+        writer.close()
+
+    crt, key = kube.fed.ca.issue_serving(tmp_path, "kubelet-pf", ["127.0.0.1"])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(kube.fed.ca_file))
+    context.load_cert_chain(crt, key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    server = await asyncio.start_server(kubelet, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    node_name, namespace = f"rp1-pf-{unique}", f"nova-{unique}"
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}})
+    status = {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}], "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}}
+    await asyncio.to_thread(kube.kubectl, "patch", "node", node_name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    await asyncio.to_thread(kube.kubectl, "create", "namespace", namespace)
+    kube.create(pod(namespace, "p", node_name))
+    await asyncio.to_thread(kube.kubectl, "patch", "pod", "p", "-n", namespace, "--subresource=status", "--type=merge",
+                            "-p", json.dumps({"status": {"phase": "Running"}}))  # kubectl forwards to running pods only
+
+    forward = await asyncio.create_subprocess_exec(kube.kubectl_path, "--kubeconfig", str(admin), "port-forward", "-n", namespace, "pod/p", ":8080",
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert forward.stdout is not None
+        line = (await asyncio.wait_for(forward.stdout.readline(), 30)).decode()
+        assert line.startswith("Forwarding from 127.0.0.1:"), line
+        local = int(line.split("127.0.0.1:", 1)[1].split(" ", 1)[0])
+        reader, writer = await asyncio.open_connection("127.0.0.1", local)
+        writer.write(b"hello through the proxy")
+        echoed = await asyncio.wait_for(reader.readexactly(len(b"hello through the proxy")), 15)
+        writer.close()
+        assert echoed == b"hello through the proxy"
+    finally:
+        forward.terminate()
+        await forward.wait()
+        server.close()
+    assert upgrades and upgrades[0].startswith(f"GET /portForward/{namespace}/p".encode()), upgrades
+    assert b"X-Stream-Protocol-Version: portforward.k8s.io" in upgrades[0]
+    streams = sessions[0].streams.values()
+    assert {s.get("streamtype") for s in streams} == {"error", "data"} and {s.get("port") for s in streams} == {"8080"}
