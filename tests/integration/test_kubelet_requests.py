@@ -70,7 +70,9 @@ async def fake_kubelet(kube: Kube, tmp_path: Path) -> AsyncIterator[FakeKubelet]
         state.protocols.append(ws.ws_protocol or "")
         command = request.query.getall("command", [])
         status: dict[str, object] = {"metadata": {}, "status": "Success"}
-        if command[:1] == ["echo"]:
+        if request.path.startswith("/attach/"):
+            await ws.send_bytes(b"\x01attached to the running process\n")
+        elif command[:1] == ["echo"]:
             await ws.send_bytes(b"\x01" + " ".join(command[1:]).encode() + b"\n")
         elif command == ["cat"]:
             async for message in ws:
@@ -89,6 +91,7 @@ async def fake_kubelet(kube: Kube, tmp_path: Path) -> AsyncIterator[FakeKubelet]
     app = web.Application()
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", logs)
     app.router.add_get("/exec/{namespace}/{pod}/{container}", exec_)
+    app.router.add_get("/attach/{namespace}/{pod}/{container}", exec_)
     crt, key = kube.fed.ca.issue_serving(tmp_path, "kubelet", ["127.0.0.1"])
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(kube.fed.ca_file))
     context.load_cert_chain(crt, key)
@@ -173,6 +176,13 @@ async def test_kubectl_exec_through_the_proxy_reaches_the_pods_kubelet_over_webs
     assert (cat.returncode, cat.stdout) == (0, "line one\nline two\n"), cat.stderr
     failed = await asyncio.to_thread(kubectl, kube, admin, "exec", "p", "-n", namespace, "--", "exit", "3")
     assert failed.returncode == 3, (failed.returncode, failed.stderr)  # the exit code kubectl reads from the status channel
+
+    await asyncio.to_thread(kube.kubectl, "patch", "pod", "p", "-n", namespace, "--subresource=status", "--type=merge",
+                            "-p", json.dumps({"status": {"phase": "Running"}}))  # kubectl attaches to running pods only
+    attached = await asyncio.to_thread(kubectl, kube, admin, "attach", "p", "-n", namespace)
+    assert (attached.returncode, attached.stdout) == (0, "attached to the running process\n"), attached.stderr
+    path, query, _ = fake_kubelet.requests[-1]
+    assert path == f"/attach/{namespace}/p/app" and query == {"command": "", "output": "1", "error": "1"}, query
     # The reference: the pod's own tenant partition cannot answer it (its Node is in rp2).
     direct = await asyncio.to_thread(kubectl, kube, kube.direct("tp1"), "exec", "p", "-n", namespace, "--", "echo", "x")
     assert direct.returncode != 0 and "not found" in direct.stderr, direct
