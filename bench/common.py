@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import platform
 import resource
 import signal
@@ -567,6 +568,20 @@ class Setup:
             if cache["name"] == "nodes":
                 return cache
         raise RuntimeError("no cache named nodes in /debug/caches")
+
+    async def watched_nodes(
+        self, sessions: dict[str, aiohttp.ClientSession], kind: str, nodes: int, watches: int, *, patches: int, seed: int
+    ) -> tuple[float, list[str], list[str]]:
+        """The node set of a watch benchmark: `nodes` hollow nodes of `kind` created and in the
+        proxy's cache; returns the seconds creating them took, their names, and `patches` names
+        drawn (seeded) from the first `watches` of them: which node each patch goes to, the same
+        sequence on both sides of the comparison."""
+        took = await self.populate(sessions, kind, 0, nodes, builder=hollow_node)
+        await self.wait_cached(sessions["proxy"], nodes)
+        names = node_names(kind, 0, nodes)
+        watched = names[: min(watches, len(names))]
+        rng = random.Random(seed)
+        return took, names, [rng.choice(watched) for _ in range(patches)]
 
     async def wait_cached(
         self, session: aiohttp.ClientSession, want: int, *, proxy: ProxyProcess | None = None, timeout: float = 300

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import subprocess
 import sys
 import time
@@ -52,13 +51,11 @@ from bench.common import (
     cpu_seconds,
     emit,
     host_info,
-    hollow_node,
     proxy_stalls,
     stall_summary,
     install_sigterm,
     log,
     mib,
-    node_names,
     raise_nofile,
     ratio,
     rss_bytes,
@@ -234,12 +231,7 @@ async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], sid
 async def measure(setup: Setup, count: int, args: argparse.Namespace) -> dict[str, Any]:
     sessions = setup.sessions()
     try:
-        took = await setup.populate(sessions, KIND, 0, args.nodes, builder=hollow_node)
-        await setup.wait_cached(sessions["proxy"], args.nodes)
-        names = node_names(KIND, 0, args.nodes)
-        watched = names[: min(count, len(names))]
-        rng = random.Random(args.seed)
-        patch_seq = [rng.choice(watched) for _ in range(args.patches)]
+        took, names, patch_seq = await setup.watched_nodes(sessions, KIND, args.nodes, count, patches=args.patches, seed=args.seed)
         case: dict[str, Any] = {"watches": count, "nodes": args.nodes, "create_seconds": round(took, 1)}
         for side in ("proxy", "direct"):
             case[side] = await run_side(setup, sessions, side, count, names, patch_seq, args)

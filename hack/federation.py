@@ -79,8 +79,8 @@ rules:
   resources: [runtimeclasses]
   verbs: [get, list, create]
 - apiGroups: ["admissionregistration.k8s.io"]
-  resources: [validatingadmissionpolicies, validatingadmissionpolicybindings, validatingwebhookconfigurations,
-              mutatingwebhookconfigurations]
+  resources: [validatingadmissionpolicies, validatingadmissionpolicybindings, mutatingadmissionpolicies,
+              mutatingadmissionpolicybindings, validatingwebhookconfigurations, mutatingwebhookconfigurations]
   verbs: [get, list, create]
 # Cached reads are authorized with SubjectAccessReviews to the owning partitions; bearer
 # tokens are checked with TokenReviews.

@@ -20,23 +20,15 @@ from typing import Any
 
 from proxy.clients.errors import APIConflict, APINotFound, UpstreamError
 from proxy.context import ProxyContext
+from routing.decide import REPLICATED_VERSIONS
 
 log = logging.getLogger("partition_proxy.definitions_sync")
 
 # seconds between two full syncs: a TP that missed a write gets it within this long; one sync is
 # a list per kind per TP (a few requests), so 5 minutes costs nothing and bounds the gap.
 DEFINITIONS_SYNC_SECONDS = 300.0
-# The served version of each replicated kind, listed in this order (CRDs first: what a policy
-# may refer to is defined before it).
-KIND_PATHS = (
-    ("customresourcedefinitions", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
-    ("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
-    ("runtimeclasses", "/apis/node.k8s.io/v1/runtimeclasses"),
-    ("validatingadmissionpolicies", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"),
-    ("validatingadmissionpolicybindings", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"),
-    ("validatingwebhookconfigurations", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"),
-    ("mutatingwebhookconfigurations", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"),
-)
+# The path of each replicated kind's collection, in REPLICATED_VERSIONS' order.
+KIND_PATHS = tuple((resource, f"/apis/{group}/{version}/{resource}") for (group, resource), version in REPLICATED_VERSIONS.items())
 _SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink", "deletionTimestamp")
 
 

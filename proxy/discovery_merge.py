@@ -15,18 +15,16 @@ from __future__ import annotations
 import asyncio
 
 import orjson
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 
 from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
+from proxy.clients.partition import Whole
 from proxy.context import ProxyContext
 from proxy.forward import forward
 from proxy.headers import downstream_response_headers, upstream_request_headers
 from proxy.messages import Answer, Exchange
 from routing import discovery_merge as dm
-
-_Result = tuple[int, bytes, CIMultiDictProxy[str]]
-
 
 async def serve_discovery(ex: Exchange, ctx: ProxyContext) -> None:
     """Answer a discovery document (module docstring); documents the proxy does not merge (the
@@ -47,10 +45,9 @@ async def serve_discovery(ex: Exchange, ctx: ProxyContext) -> None:
     elif kind is not dm.Document.FALLBACK:
         headers["Accept"] = "application/json"
 
-    async def fetch(partition: str) -> _Result:
-        async with ctx.clients[partition].request("GET", info.upstream_path, query=request.query_string, headers=headers,
-                                                  identity=ex.identity) as answer:
-            return answer.status, await answer.read(), CIMultiDictProxy(CIMultiDict(answer.headers))
+    async def fetch(partition: str) -> Whole:
+        return await ctx.clients[partition].read_whole("GET", info.upstream_path, query=request.query_string, headers=headers,
+                                                       identity=ex.identity)
 
     partitions = (system, *route.discovery_from)
     results = await asyncio.gather(*(fetch(p) for p in partitions), return_exceptions=True)
@@ -65,15 +62,15 @@ async def serve_discovery(ex: Exchange, ctx: ProxyContext) -> None:
     for r in results:
         if isinstance(r, BaseException) and not isinstance(r, (PartitionUnavailable, StreamBroken)):
             raise r
-    status, raw, got = first
+    status, got, raw = first
     if kind is dm.Document.FALLBACK:
         if status == 404:
-            status, raw, got = next((r for r in answered if r[0] == 200), first)
+            status, got, raw = next((r for r in answered if r.status == 200), first)
         return await ex.respond(Answer(status, raw, downstream_response_headers(got, keep_length=False), content_type=None))
     if status != 200:
         return await ex.respond(Answer(status, raw, downstream_response_headers(got, keep_length=False), content_type=None))
     try:
-        docs = [orjson.loads(r[1]) for r in answered if r[0] == 200]
+        docs = [orjson.loads(r.body) for r in answered if r.status == 200]
         merged = dm.merge(kind, docs)
     except (orjson.JSONDecodeError, ValueError):
         merged = None  # a partition answered something that is not the document: the system partition's stands

@@ -44,7 +44,7 @@ def upstream_request_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]
     return out
 
 
-def downstream_response_headers(headers: CIMultiDictProxy[str], *, keep_length: bool) -> CIMultiDict[str]:
+def downstream_response_headers(headers: CIMultiDictProxy[str] | CIMultiDict[str], *, keep_length: bool) -> CIMultiDict[str]:
     """An upstream response's headers to send to the client."""
     drop = HOP_BY_HOP | _connection_tokens(headers)
     if not keep_length:

@@ -59,8 +59,9 @@ def kubelet_address(node: dict[str, Any], preferred: tuple[str, ...]) -> str | N
     return None
 
 
-def log_container(pod: dict[str, Any], asked: str) -> tuple[str | None, str]:
-    """The container whose log is asked: (name, "") or (None, kube-apiserver's 400 message)."""
+def pick_container(pod: dict[str, Any], asked: str) -> tuple[str | None, str]:
+    """The container a log, exec or attach is for: (name, "") or (None, kube-apiserver's 400
+    message)."""
     name = pod.get("metadata", {}).get("name", "")
     containers = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or ()]
     others = [c.get("name", "") for key in ("initContainers", "ephemeralContainers") for c in (pod.get("spec") or {}).get(key) or ()]
@@ -104,7 +105,7 @@ async def _target(ex: Exchange, ctx: ProxyContext, verb: str, *, container: bool
         return answers.status_answer(404, "NotFound", f'pods "{info.name}" not found', details={"name": info.name, "kind": "pods"})
     except UpstreamError as exc:
         return answers.unavailable_answer(tenant_partition, str(exc), 1)
-    chosen, problem = log_container(pod, request.query.get("container", "")) if container else ("", "")
+    chosen, problem = pick_container(pod, request.query.get("container", "")) if container else ("", "")
     if chosen is None:
         return answers.bad_request(problem)
     node_name = (pod.get("spec") or {}).get("nodeName", "")

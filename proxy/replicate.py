@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 
 import orjson
-from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
+from proxy.clients.partition import Whole
 from proxy.context import ProxyContext
 from proxy.headers import downstream_response_headers, upstream_request_headers
 from proxy.messages import Answer, Exchange
@@ -40,14 +40,12 @@ async def replicate(ex: Exchange, ctx: ProxyContext) -> None:
     body = ex.body if ex.body is not None else (await request.body.read(1 << 62) if request.body.can_read else None)
     headers = upstream_request_headers(request.headers)
 
-    async def send(partition: str, payload: bytes | None) -> tuple[int, bytes, CIMultiDictProxy[str]]:
-        async with ctx.clients[partition].request(
-            request.method, info.upstream_path, query=request.query_string, headers=headers, identity=ex.identity, body=payload
-        ) as answer:
-            return answer.status, await answer.read(), CIMultiDictProxy(CIMultiDict(answer.headers))
+    async def send(partition: str, payload: bytes | None) -> Whole:
+        return await ctx.clients[partition].read_whole(request.method, info.upstream_path, query=request.query_string,
+                                                       headers=headers, identity=ex.identity, body=payload)
 
     try:
-        status, raw, got = await send(system, body)
+        status, got, raw = await send(system, body)
     except (PartitionUnavailable, StreamBroken) as exc:
         if isinstance(exc, PartitionUnavailable):
             return await ex.respond(answers.partition_unavailable(exc))
@@ -83,14 +81,14 @@ def _for_other_partitions(body: bytes | None, content_type: str) -> bytes | None
     return orjson.dumps(doc)
 
 
-def _failure(partition: str, result: tuple[int, bytes, CIMultiDictProxy[str]] | BaseException, *, delete: bool) -> str | None:
+def _failure(partition: str, result: Whole | BaseException, *, delete: bool) -> str | None:
     """The Warning for a copy that did not succeed, None when it did (a delete of an object the
     TP does not have counts as done)."""
     if isinstance(result, BaseException):
         if not isinstance(result, (PartitionUnavailable, StreamBroken)):
             raise result
         return f'299 - "not replicated to {partition}: it does not answer"'
-    status, raw, _ = result
+    status, _, raw = result
     if 200 <= status < 300 or (delete and status == 404):
         return None
     try:

@@ -72,11 +72,9 @@ async def union_list(ex: Exchange, ctx: ProxyContext, *, fallback: Fallback | No
             replace["resourceVersion"] = str(vector[route.slot(partition)])
         client = ctx.clients[partition]
         try:
-            async with client.request(
-                request.method, info.upstream_path, query=translated_query(request.query_string, replace=replace),
-                headers=base_headers, identity=ex.identity, body=body,
-            ) as answer:
-                return partition, answer.status, answer.headers.copy(), await answer.read()
+            whole = await client.read_whole(request.method, info.upstream_path, query=translated_query(request.query_string, replace=replace),
+                                            headers=base_headers, identity=ex.identity, body=body)
+            return partition, whole.status, whole.headers, whole.body
         except PartitionUnavailable as exc:
             raise _Down(partition, exc.retry_after) from None
         except StreamBroken:

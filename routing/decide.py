@@ -50,17 +50,20 @@ _UNION_VERBS = frozenset({"list", "watch", "deletecollection"})
 # "cluster-scoped definitions"): what a TP's kube-apiserver reads when it serves or admits a
 # tenant's objects. RBAC (ClusterRoles, bindings) stays per partition on purpose: each
 # partition's own authorizer is the proxy's, through SubjectAccessReviews to the owning partition.
-REPLICATED = frozenset({
-    ("apiextensions.k8s.io", "customresourcedefinitions"),
-    ("admissionregistration.k8s.io", "validatingadmissionpolicies"),
-    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
-    ("admissionregistration.k8s.io", "mutatingadmissionpolicies"),
-    ("admissionregistration.k8s.io", "mutatingadmissionpolicybindings"),
-    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
-    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
-    ("scheduling.k8s.io", "priorityclasses"),
-    ("node.k8s.io", "runtimeclasses"),
-})
+REPLICATED_VERSIONS: Mapping[tuple[str, str], str] = {  # (group, resource) -> the version served
+    # in this order when copied to a TP that lacks them (proxy.definitions_sync): what a policy
+    # may refer to is defined before it
+    ("apiextensions.k8s.io", "customresourcedefinitions"): "v1",
+    ("scheduling.k8s.io", "priorityclasses"): "v1",
+    ("node.k8s.io", "runtimeclasses"): "v1",
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"): "v1",
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): "v1",
+    ("admissionregistration.k8s.io", "mutatingadmissionpolicies"): "v1",
+    ("admissionregistration.k8s.io", "mutatingadmissionpolicybindings"): "v1",
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): "v1",
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): "v1",
+}
+REPLICATED = frozenset(REPLICATED_VERSIONS)
 _WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 _VIA_KUBELET = frozenset({"log", "exec", "attach", "portforward"})  # pod subresources the proxy takes to the kubelet
 # seconds; what a write to a fenced tenant is told to wait before retrying: a tenant move's

@@ -186,11 +186,8 @@ class WatchMerge:
         """Take the role's codec after a partition-set change (its space extends the current
         one: slots are append-only). Returns the live partitions that joined, which the caller
         starts with initial events (they are `joining` from now on). Raises ValueError."""
-        old = self.space
-        if codec.space[: len(old)] != old:
-            raise ValueError(f"partitions {list(old)} cannot become {list(codec.space)}: slots are append-only")
-        joined = tuple(p for p in codec.space[len(old):] if p not in codec.retired)
-        self.vector += [0] * (len(codec.space) - len(old))
+        joined = rvcodec.joined_partitions(self.space, codec)
+        self.vector += [0] * (len(codec.space) - len(self.space))
         self.codec = codec
         self.joining.update(joined)
         self.initial.update(joined)
@@ -232,7 +229,8 @@ class WatchMerge:
             if partition in self.joining:
                 # The merged position, this partition's field still 0 (see `joining`).
                 stamp = self.codec.encode(self.vector)
-                self.last_written = max(self.last_written, stamp, key=lambda rv: (len(rv), rv))
+                if rvcodec.compare(stamp, self.last_written) > 0:
+                    self.last_written = stamp
                 return stamp
             # An initial event: the object's own RV (initial events are in no RV order).
             return self.codec.object_rv(slot, native) if native else ""

@@ -342,6 +342,15 @@ def table_from_json(text: str) -> EpochTable:
 # -- one RV space --------------------------------------------------------------------------
 
 
+def joined_partitions(space: tuple[str, ...], codec: RVCodec) -> tuple[str, ...]:
+    """The live partitions `codec`'s space adds at the end of `space` (a partition-set change:
+    slots are append-only). Raises ValueError when `codec`'s space does not start with `space`."""
+    if codec.space[: len(space)] != space:
+        raise ValueError(f"partitions {list(space)} cannot become {list(codec.space)}: slots are append-only")
+    return tuple(p for p in codec.space[len(space):] if p not in codec.retired)
+
+
+
 class RVCodec:
     """The codec of one RV space: `space` (partitions in slot order) and the current table.
 

@@ -5,13 +5,15 @@ helpers tests use to talk to it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import ssl
 import subprocess
+import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,16 +118,36 @@ class Kube:
         return ctx
 
 
-def require_binaries(*names: str) -> None:
-    """Fail (REQUIRE_REAL_PARTITIONS=1, as in CI) or skip (a developer machine without Go) when
-    a real component is missing from .local/bin."""
-    missing = [n for n in names if not (DEFAULT_BIN_DIR / n).exists()]
-    if not missing:
+def require(ok: bool, message: str) -> None:
+    """Fail (REQUIRE_REAL_PARTITIONS=1, as in CI) or skip (a developer machine without Go, or a
+    sandbox without a capability) unless `ok`: a missing real component never passes silently."""
+    if ok:
         return
-    message = f"real {', '.join(missing)} missing in {DEFAULT_BIN_DIR}: run `make test` (hack/build-components.sh)"
     if os.environ.get("REQUIRE_REAL_PARTITIONS"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def require_binaries(*names: str) -> None:
+    """`require` every real component of `names` in .local/bin."""
+    missing = [n for n in names if not (DEFAULT_BIN_DIR / n).exists()]
+    require(not missing, f"real {', '.join(missing)} missing in {DEFAULT_BIN_DIR}: run `make test` (hack/build-components.sh)")
+
+
+def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `check` every 0.1 s until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.1)
+
+
+async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """`eventually` without blocking the event loop (the test's own watchers keep reading)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        await asyncio.sleep(0.1)
 
 
 @contextmanager

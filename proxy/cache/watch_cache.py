@@ -479,11 +479,8 @@ class WatchCache:
         by their reflector like a relist). Partitions the codec marks retired are retired here.
         Returns the partitions that joined. Raises ValueError for a space that is not an
         extension of the current one."""
-        old = self.space
-        if codec.space[: len(old)] != old:
-            raise ValueError(f"partitions {list(old)} cannot become {list(codec.space)}: slots are append-only")
-        joined = tuple(p for p in codec.space[len(old):] if p not in codec.retired)
-        grown = len(codec.space) - len(old)
+        joined = rvcodec.joined_partitions(self.space, codec)
+        grown = len(codec.space) - len(self.space)
         self._vector += [0] * grown
         self._floor += [0] * grown
         self._relists += [0] * grown

@@ -36,7 +36,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import orjson
@@ -91,6 +91,14 @@ class Timeouts:
 
 
 Body = bytes | AsyncIterator[bytes] | None
+
+
+class Whole(NamedTuple):
+    """An answer read whole (`PartitionClient.read_whole`)."""
+
+    status: int
+    headers: CIMultiDict[str]
+    body: bytes
 
 
 class UpstreamResponse:
@@ -269,6 +277,16 @@ class PartitionClient:
             raise
         finally:
             response.release()
+
+    async def read_whole(
+        self, method: str, path: str, *, query: str = "", headers: CIMultiDict[str] | dict[str, str] | None = None,
+        identity: Identity | None = None, body: bytes | None = None,
+    ) -> Whole:
+        """One request whose answer is read whole (a client's request the proxy must look at
+        before answering: several partitions' answers merged or compared). Raises as `request`,
+        and StreamBroken."""
+        async with self.request(method, path, query=query, headers=headers, identity=identity, body=body) as answer:
+            return Whole(answer.status, answer.headers.copy(), await answer.read())
 
     async def get_json(self, path: str, query: str = "", *, headers: dict[str, str] | None = None) -> Any:
         """GET with the proxy's own credential; the decoded JSON answer. Raises

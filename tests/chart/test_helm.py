@@ -179,6 +179,13 @@ def test_ha_values_pin_three_replicas_hard_anti_affinity_and_a_pdb_of_two(helm: 
     assert {"port": 53, "protocol": "UDP"} in policy["egress"][0]["ports"]
 
 
+def volumes_by_mount_path(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The proxy container's mounts: mount path -> the pod volume mounted there."""
+    pod = by_kind(manifests)["Deployment"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    return {m["mountPath"]: volumes[m["name"]] for m in pod["containers"][0]["volumeMounts"]}
+
+
 def test_config_map_maps_values_onto_the_proxy_config_and_points_into_the_mounted_secrets(helm: Helm) -> None:
     values: dict[str, Any] = {
         "proxy": {
@@ -214,8 +221,7 @@ def test_config_map_maps_values_onto_the_proxy_config_and_points_into_the_mounte
     # Every kubeconfig path lies in the mount of its partition's Secret, every TLS file in the
     # TLS Secret's mount.
     pod = by_kind(manifests)["Deployment"]["spec"]["template"]["spec"]
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["mountPath"]: volumes[m["name"]] for m in pod["containers"][0]["volumeMounts"]}
+    mounts = volumes_by_mount_path(manifests)
     for partition in config["partitions"]:
         directory, key = partition["kubeconfig"].rsplit("/", 1)
         assert key == "kubeconfig"
@@ -438,9 +444,7 @@ def test_a_kubelet_client_secret_is_mounted_and_named_in_the_config(helm: Helm) 
         "client_key_file": "/etc/partition-proxy/kubelet/tls.key",
         "ca_file": "/etc/partition-proxy/kubelet/ca.crt",
     }
-    pod = by_kind(manifests)["Deployment"]["spec"]["template"]["spec"]
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["mountPath"]: volumes[m["name"]] for m in pod["containers"][0]["volumeMounts"]}
+    mounts = volumes_by_mount_path(manifests)
     assert mounts["/etc/partition-proxy/kubelet"]["secret"]["secretName"] == "proxy-kubelet-client"
     no_ca = rendered_config(helm.template(values={"proxy": {"kubelet": {"existingSecret": "s", "caKey": ""}}}))
     assert "ca_file" not in no_ca["kubelet"]

@@ -24,7 +24,7 @@ import pytest
 from hack.federation import PROXY_ADMINS_GROUP, Federation, find_kubectl
 from hack.proxy_process import ProxyProcess
 from hack.toxiproxy import ToxiproxyServer
-from tests.federation import Kube, pod, proxy_request, require_binaries
+from tests.federation import Kube, pod, proxy_request, require_binaries, until
 
 OPEN_SECONDS = 2.0  # failure.breaker_open_seconds
 FAILURES = 2  # failure.breaker_failures
@@ -180,13 +180,13 @@ async def test_a_union_watch_opened_while_a_partition_is_cut_serves_the_others_a
                 reader = asyncio.create_task(read())
                 try:
                     env.kube.kubectl("create", "configmap", "during", "-n", tp1_ns)
-                    await _until(lambda: ("ADDED", tp1_ns, "during") in seen, 15, f"tp1's event while tp2 is cut: {seen}")
+                    await until(lambda: ("ADDED", tp1_ns, "during") in seen, 15, f"tp1's event while tp2 is cut: {seen}")
                     # written while the link is cut: straight into tp2, past the client's position
                     env.kube.kubectl("create", "configmap", "meanwhile", "-n", tp2_ns, kubeconfig=env.kube.direct("tp2"))
                     env.links["tp2"].enable()
-                    await _until(lambda: ("ADDED", tp2_ns, "meanwhile") in seen, OPEN_SECONDS + 15, f"tp2's event once back: {seen}")
+                    await until(lambda: ("ADDED", tp2_ns, "meanwhile") in seen, OPEN_SECONDS + 15, f"tp2's event once back: {seen}")
                     env.kube.kubectl("create", "configmap", "after", "-n", tp2_ns)
-                    await _until(lambda: ("ADDED", tp2_ns, "after") in seen, 15, f"tp2's next event: {seen}")
+                    await until(lambda: ("ADDED", tp2_ns, "after") in seen, 15, f"tp2's next event: {seen}")
                     assert not reader.done()  # the same stream, never closed
                 finally:
                     reader.cancel()
@@ -195,9 +195,3 @@ async def test_a_union_watch_opened_while_a_partition_is_cut_serves_the_others_a
     mine = [e for e in seen if e[1] in (tp1_ns, tp2_ns)]
     assert mine == [("ADDED", tp1_ns, "during"), ("ADDED", tp2_ns, "meanwhile"), ("ADDED", tp2_ns, "after")], seen
 
-
-async def _until(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        await asyncio.sleep(0.1)

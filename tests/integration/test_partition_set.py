@@ -16,6 +16,7 @@ import signal
 import ssl
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ import yaml
 
 from hack.proxy_process import ProxyProcess
 from routing import rv as rvcodec
-from tests.federation import Kube, node, pod, proxy_request, running_federation
+from tests.federation import Kube, node, pod, proxy_request, running_federation, until
 from tests.goclients import finish_rvcheck, reap_rvcheck, start_rvcheck
 
 NEW_NODES = [f"rp3-n{i}" for i in range(1, 6)]
@@ -63,8 +64,6 @@ def rewrite(path: Path, change: Any) -> None:
 
 
 def debug_partitions(kube: Kube, proxy: ProxyProcess | None = None) -> dict[str, Any]:
-    import urllib.request
-
     ctx = ssl.create_default_context(cafile=str(kube.fed.ca_file))
     with urllib.request.urlopen((proxy or kube.proxy).server + "/debug/partitions", context=ctx, timeout=10) as r:
         return json.loads(r.read())
@@ -118,14 +117,6 @@ async def list_rv(session: aiohttp.ClientSession, server: str, ctx: ssl.SSLConte
         assert r.status == 200, await r.text()
         doc = await r.json()
     return doc["metadata"]["resourceVersion"], [i["metadata"]["name"] for i in doc["items"]]
-
-
-async def until(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.1)
 
 
 def monotonic_rvs(watch: Watch) -> bool:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable
 
-from tests.federation import Kube, KubectlError
+from tests.federation import Kube, KubectlError, eventually
 
 
 def crd(group: str) -> dict[str, object]:
@@ -26,13 +24,6 @@ def crd(group: str) -> dict[str, object]:
                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
         },
     }
-
-
-def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.3)
 
 
 def succeeds(kube: Kube, *args: str, stdin: str | None = None) -> bool:

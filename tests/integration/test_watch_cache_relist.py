@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import ssl
 import time
 from collections.abc import Iterator
@@ -21,21 +20,17 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation, find_kubectl
+from hack.federation import PROXY_ADMINS_GROUP, Federation, find_kubectl
 from hack.proxy_process import ProxyProcess
 from hack.toxiproxy import ToxiproxyServer
-from tests.federation import Kube, node
+from tests.federation import Kube, node, require_binaries
 
 COMPACTION_SECONDS = 5
 
 
 @pytest.fixture(scope="module")
 def compacting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kube, dict[str, Any]]]:
-    if not (DEFAULT_BIN_DIR / "toxiproxy-server").exists():
-        message = "toxiproxy-server missing: run hack/build-components.sh"
-        if os.environ.get("REQUIRE_REAL_PARTITIONS"):
-            pytest.fail(message)
-        pytest.skip(message)  # REQUIRE_REAL_PARTITIONS unset: a developer machine without Go
+    require_binaries("toxiproxy-server", "kube-apiserver", "etcd")
     root = tmp_path_factory.mktemp("compacting")
     fed = Federation(
         root / "federation",

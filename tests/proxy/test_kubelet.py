@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.kubelet import kubelet_address, log_container
+from proxy.kubelet import kubelet_address, pick_container
 
 
 def a_pod(*containers: str, default: str = "", init: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -16,12 +16,12 @@ def a_pod(*containers: str, default: str = "", init: tuple[str, ...] = ()) -> di
 
 
 def test_the_container_is_the_asked_one_the_default_or_the_only_one() -> None:
-    assert log_container(a_pod("app"), "") == ("app", "")
-    assert log_container(a_pod("app", "side"), "side") == ("side", "")
-    assert log_container(a_pod("app", "side", default="side"), "") == ("side", "")
-    assert log_container(a_pod("app", init=("setup",)), "setup") == ("setup", "")
-    assert log_container(a_pod("app", "side"), "") == (None, "a container name must be specified for pod p, choose one of: [app side]")
-    assert log_container(a_pod("app"), "nope") == (None, "container nope is not valid for pod p")
+    assert pick_container(a_pod("app"), "") == ("app", "")
+    assert pick_container(a_pod("app", "side"), "side") == ("side", "")
+    assert pick_container(a_pod("app", "side", default="side"), "") == ("side", "")
+    assert pick_container(a_pod("app", init=("setup",)), "setup") == ("setup", "")
+    assert pick_container(a_pod("app", "side"), "") == (None, "a container name must be specified for pod p, choose one of: [app side]")
+    assert pick_container(a_pod("app"), "nope") == (None, "container nope is not valid for pod p")
 
 
 def test_the_kubelet_address_is_the_first_preferred_type_at_the_kubelet_port() -> None:

@@ -4,7 +4,9 @@ for a copy a TP refused."""
 from __future__ import annotations
 
 import orjson
+from multidict import CIMultiDict
 
+from proxy.clients.partition import Whole
 from proxy.replicate import _failure, _for_other_partitions
 
 
@@ -12,9 +14,9 @@ def test_a_replicated_json_body_loses_the_system_partitions_resource_version_and
     body = orjson.dumps({"metadata": {"name": "x", "resourceVersion": "12", "uid": "u"}, "value": 1})
     assert orjson.loads(_for_other_partitions(body, "application/json") or b"") == {"metadata": {"name": "x"}, "value": 1}
     assert _for_other_partitions(b"\x6b\x38\x73\x00", "application/vnd.kubernetes.protobuf") == b"\x6b\x38\x73\x00"
-    refused = (409, orjson.dumps({"kind": "Status", "reason": "AlreadyExists", "message": 'x "y" already exists'}), None)
-    assert _failure("tp2", refused, delete=False) == "299 - \"not replicated to tp2: 409 AlreadyExists x 'y' already exists\""  # type: ignore[arg-type]
-    assert _failure("tp2", (404, b"{}", None), delete=True) is None  # type: ignore[arg-type]
+    refused = Whole(409, CIMultiDict(), orjson.dumps({"kind": "Status", "reason": "AlreadyExists", "message": 'x "y" already exists'}))
+    assert _failure("tp2", refused, delete=False) == "299 - \"not replicated to tp2: 409 AlreadyExists x 'y' already exists\""
+    assert _failure("tp2", Whole(404, CIMultiDict(), b"{}"), delete=True) is None
 
 
 def test_a_listed_definition_becomes_a_create_body_without_what_the_server_sets() -> None:
