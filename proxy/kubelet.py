@@ -13,8 +13,12 @@ or unnamed container (its messages), 503 when the kubelet cannot be reached.
 
 exec and attach take the same path to the kubelet with the client's WebSocket relayed message
 by message (`pod_stream`); port-forward relays the SPDY session kubectl tunnels in its WebSocket
-to a SPDY upgrade at the kubelet (`pod_port_forward`). Not done: SPDY upgrades straight from the
-client (kubectl before 1.31; kubectl falls back to SPDY only when WebSocket fails).
+to a SPDY upgrade at the kubelet (`pod_port_forward`). A client that upgrades to SPDY/3.1 itself
+(kubectl before 1.31, client-go's SPDY executor and port-forward dialer, kubectl with
+KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false) gets the same upgrade asked of the kubelet, its 101
+written back as it came and the bytes relayed both ways (`_relay_spdy`), as kube-apiserver's
+UpgradeAwareHandler does (k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go). SPDY is never
+parsed.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy import answers
 from proxy.clients.errors import APINotFound, UpstreamError
-from proxy.clients.kubelet import KubeletRefused, KubeletUnreachable, KubeletWebSocket
+from proxy.clients.kubelet import KubeletRefused, KubeletUnreachable, KubeletWebSocket, Upgraded
 from proxy.context import ProxyContext
 from proxy.messages import Answer, ClientGone, Exchange, WebSocketChannel
 from routing.access import resource_attributes
@@ -161,6 +165,20 @@ def stream_query(query_string: str) -> str:
     return urlencode(out)
 
 
+# The Upgrade token of a SPDY upgrade and the header that offers its stream protocols
+# (k8s.io/apimachinery/pkg/util/httpstream: HeaderSpdy31, HeaderProtocolVersion).
+SPDY = "SPDY/3.1"
+_STREAM_PROTOCOL = "X-Stream-Protocol-Version"
+
+
+def spdy_protocols(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> tuple[str, ...]:
+    """The stream protocols a SPDY/3.1 upgrade offers (every X-Stream-Protocol-Version, in its
+    order; client-go sends one header per protocol), () when the request is no SPDY upgrade."""
+    if SPDY.lower() not in headers.get("Upgrade", "").lower():
+        return ()
+    return tuple(p.strip() for value in headers.getall(_STREAM_PROTOCOL, ()) for p in value.split(",") if p.strip())
+
+
 def offered_protocols(headers: Mapping[str, str]) -> tuple[str, ...]:
     """The WebSocket subprotocols a client offers (Sec-WebSocket-Protocol, in its order), ()
     when the request is no WebSocket upgrade."""
@@ -177,14 +195,16 @@ async def pod_stream(ex: Exchange, ctx: ProxyContext) -> None:
     a request it cannot upgrade."""
     assert ctx.kubelet is not None
     info, request = ex.info, ex.request
-    protocols = offered_protocols(request.headers)
-    if not protocols:
-        return await ex.respond(answers.bad_request("Upgrade request required: the proxy streams exec and attach over WebSocket only"))
+    protocols, spdy = offered_protocols(request.headers), spdy_protocols(request.headers)
+    if not protocols and not spdy:
+        return await ex.respond(answers.bad_request("Upgrade request required"))  # kube-apiserver's words
     target = await _target(ex, ctx, "create")  # kube-apiserver >= 1.35 asks create for a WebSocket exec
     if isinstance(target, Answer):
         return await ex.respond(target)
     query = stream_query(request.query_string)
     path = f"/{_KUBELET_PATHS[info.subresource]}/{quote(info.namespace)}/{quote(info.name)}/{quote(target.container)}?{query}"
+    if spdy:
+        return await _relay_spdy(ex, ctx, target, path, spdy)
     try:
         async with ctx.kubelet.websocket(target.address, path, protocols) as upstream:
             client = await ex.writer.accept_websocket(upstream.protocol)
@@ -224,7 +244,7 @@ async def _until_either_ends(*directions: Coroutine[Any, Any, None]) -> None:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, ClientGone, KubeletUnreachable, ConnectionError):
+            with contextlib.suppress(asyncio.CancelledError, ClientGone, KubeletUnreachable, OSError):
                 await task
 
 
@@ -242,27 +262,66 @@ async def pod_port_forward(ex: Exchange, ctx: ProxyContext) -> None:
     assert ctx.kubelet is not None
     info, request = ex.info, ex.request
     tunnelled = [p for p in offered_protocols(request.headers) if p.startswith(SPDY_TUNNELING_PREFIX)]
-    if not tunnelled:
-        return await ex.respond(answers.bad_request("Upgrade request required: the proxy forwards ports over WebSocket (SPDY/3.1+portforward.k8s.io) only"))
+    spdy = spdy_protocols(request.headers)
+    if not tunnelled and not spdy:
+        return await ex.respond(answers.bad_request("Upgrade request required"))
     target = await _target(ex, ctx, "create", container=False)
     if isinstance(target, Answer):
         return await ex.respond(target)
     ports = [("port", v) for k, v in parse_qsl(request.query_string) if k == "ports"]
     path = f"/portForward/{quote(info.namespace)}/{quote(info.name)}" + (f"?{urlencode(ports)}" if ports else "")
+    if spdy:
+        return await _relay_spdy(ex, ctx, target, path, spdy)
     protocol = tunnelled[0]
-    try:
-        reader, writer = await ctx.kubelet.upgrade(target.address, path, "SPDY/3.1", protocol.removeprefix(SPDY_TUNNELING_PREFIX))
-    except KubeletRefused as exc:
-        return await ex.respond(answers.status_answer(exc.status if exc.status >= 400 else 502, "InternalError", f"kubelet of node {target.node}: {exc}"))
-    except KubeletUnreachable as exc:
-        return await ex.respond(answers.unavailable_answer(target.resource_partition, f"kubelet of node {target.node}: {exc}", 1))
+    upgraded = await _upgrade_at_kubelet(ex, ctx, target, path, (protocol.removeprefix(SPDY_TUNNELING_PREFIX),), "GET")
+    if upgraded is None:
+        return
     try:
         client = await ex.writer.accept_websocket(protocol)
         if client is None:
             return await ex.respond(answers.bad_request("Upgrade request required: upgrade over HTTP/1.1"))
-        await _relay_bytes(client, reader, writer)
+        await _relay_bytes(client, upgraded.reader, upgraded.writer)
     finally:
-        writer.close()
+        upgraded.writer.close()
+
+
+async def _upgrade_at_kubelet(ex: Exchange, ctx: ProxyContext, target: _Target, path: str, protocols: tuple[str, ...], method: str) -> Upgraded | None:
+    """The kubelet's connection upgraded to SPDY/3.1; None once the client was given the reason
+    it could not be."""
+    assert ctx.kubelet is not None
+    try:
+        return await ctx.kubelet.upgrade(target.address, path, SPDY, protocols, method=method)
+    except KubeletRefused as exc:
+        await ex.respond(answers.status_answer(exc.status if exc.status >= 400 else 502, "InternalError", f"kubelet of node {target.node}: {exc}"))
+    except KubeletUnreachable as exc:
+        await ex.respond(answers.unavailable_answer(target.resource_partition, f"kubelet of node {target.node}: {exc}", 1))
+    return None
+
+
+async def _relay_spdy(ex: Exchange, ctx: ProxyContext, target: _Target, path: str, protocols: tuple[str, ...]) -> None:
+    """A client's own SPDY/3.1 upgrade (module docstring): the kubelet's 101 goes to the client
+    as it came (it names the stream protocol the kubelet chose), then bytes both ways until
+    either side ends."""
+    upgraded = await _upgrade_at_kubelet(ex, ctx, target, path, protocols, ex.request.method)
+    if upgraded is None:
+        return
+    try:
+        client = await ex.writer.accept_upgrade(upgraded.head)
+        if client is None:
+            return await ex.respond(answers.bad_request("Upgrade request required: upgrade over HTTP/1.1"))
+        try:
+            await _until_either_ends(_copy(client[0], upgraded.writer), _copy(upgraded.reader, client[1]))
+        finally:
+            client[1].close()
+    finally:
+        upgraded.writer.close()
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One direction of a byte relay, until its reader ends."""
+    while chunk := await reader.read(_RELAY_CHUNK):
+        writer.write(chunk)
+        await writer.drain()
 
 
 async def _relay_bytes(client: WebSocketChannel, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

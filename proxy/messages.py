@@ -11,6 +11,7 @@ the pipeline, and how the pipeline answers. Nothing here knows which protocol ca
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -158,6 +159,12 @@ class ResponseWriter(Protocol):
     async def accept_websocket(self, protocol: str) -> WebSocketChannel | None:
         """Complete the client's WebSocket upgrade (RFC 6455) choosing subprotocol `protocol`;
         None when this front end cannot (HTTP/2: clients upgrade over HTTP/1.1)."""
+
+    async def accept_upgrade(self, head: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """Take the connection over for an HTTP/1.1 upgrade to another protocol than WebSocket
+        (SPDY/3.1): write `head` (the whole 101 answer: status line, headers, blank line) and
+        return the connection as a byte stream, closed by the caller; None when this front end
+        cannot (HTTP/2 has no Upgrade). Raises ClientGone."""
 
     def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
         """Stream `source` on without the request's task, if this front end can (after `start`):

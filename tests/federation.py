@@ -88,10 +88,11 @@ class Kube:
         if done.returncode != 0:
             raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
 
-    def metric(self, name: str, **labels: str) -> float:
-        """The sum of the proxy's /metrics samples of `name` whose labels include `labels`."""
+    def metric(self, name: str, *, server: str | None = None, **labels: str) -> float:
+        """The sum of the /metrics samples of `name` whose labels include `labels`, of the
+        session's proxy or the one at `server`."""
         ctx = ssl.create_default_context(cafile=str(self.fed.ca_file))
-        with urllib.request.urlopen(self.proxy.server + "/metrics", context=ctx, timeout=10) as resp:
+        with urllib.request.urlopen((server or self.proxy.server) + "/metrics", context=ctx, timeout=10) as resp:
             text = resp.read().decode()
         want = {f'{k}="{v}"' for k, v in labels.items()}
         total = 0.0

@@ -1,11 +1,12 @@
-"""A minimal SPDY/3.1 server side for tests: enough of a kubelet's port-forward (SYN_STREAM ->
-SYN_REPLY, DATA echoed, FIN, PING) to check that the proxy relays kubectl's SPDY session
-byte for byte. Frame layout and header compression as moby/spdystream (draft-mbelshe-httpbis-spdy-00,
+"""A minimal SPDY/3.1 server side for tests: enough of a kubelet's port-forward and exec
+(SYN_STREAM -> SYN_REPLY, DATA, FIN, PING) to check that the proxy relays kubectl's SPDY
+session byte for byte. Frame layout and header compression as moby/spdystream (draft-mbelshe-httpbis-spdy-00,
 section 2.6.10.1: zlib with the SPDY/3 dictionary, one compression context per direction)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import zlib
 
@@ -68,9 +69,10 @@ def parse_header_block(block: bytes) -> dict[str, str]:
     return out
 
 
-class EchoPortForward:
-    """Serves one SPDY session: every data stream's bytes are echoed back; `streams` records
-    the headers of each stream kubectl opened."""
+class SpdySession:
+    """The server side of one SPDY session: SYN_STREAM answered with SYN_REPLY, PING echoed;
+    `opened` and `received` say what a subclass does with streams and their DATA. `streams`
+    records the headers of each stream the client opened."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -84,15 +86,21 @@ class EchoPortForward:
     def data(self, stream: int, flags: int, payload: bytes) -> None:
         self.writer.write(struct.pack(">II", stream & 0x7FFFFFFF, (flags << 24) | len(payload)) + payload)
 
+    def opened(self, stream: int, headers: dict[str, str], fin: bool) -> None:
+        """A stream the client opened (its SYN_REPLY is sent)."""
+
+    def received(self, stream: int, payload: bytes, fin: bool) -> None:
+        """DATA of a stream."""
+
     async def serve(self) -> None:
         while True:
             try:
                 head = await self.reader.readexactly(8)
+                first, second = struct.unpack(">II", head)
+                flags, length = second >> 24, second & 0xFFFFFF
+                payload = await self.reader.readexactly(length)
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
-            first, second = struct.unpack(">II", head)
-            flags, length = second >> 24, second & 0xFFFFFF
-            payload = await self.reader.readexactly(length)
             if first & 0x80000000:
                 kind = first & 0xFFFF
                 if kind == SYN_STREAM:
@@ -101,14 +109,60 @@ class EchoPortForward:
                     self.streams[stream] = parse_header_block(self.inflate.decompress(payload[10:]))
                     block = self.deflate.compress(header_block({})) + self.deflate.flush(zlib.Z_SYNC_FLUSH)
                     self.control(SYN_REPLY, 0, struct.pack(">I", stream) + block)
-                    if flags & FLAG_FIN:
-                        self.data(stream, FLAG_FIN, b"")
+                    self.opened(stream, self.streams[stream], bool(flags & FLAG_FIN))
                 elif kind == PING:
                     self.control(PING, 0, payload)
             else:
-                stream = first & 0x7FFFFFFF
-                if payload and self.streams.get(stream, {}).get("streamtype") == "data":
-                    self.data(stream, 0, payload)
-                if flags & FLAG_FIN:
-                    self.data(stream, FLAG_FIN, b"")
+                self.received(first & 0x7FFFFFFF, payload, bool(flags & FLAG_FIN))
             await self.writer.drain()
+
+
+class EchoPortForward(SpdySession):
+    """A kubelet's port-forward: every data stream's bytes are echoed back."""
+
+    def opened(self, stream: int, headers: dict[str, str], fin: bool) -> None:
+        if fin:
+            self.data(stream, FLAG_FIN, b"")
+
+    def received(self, stream: int, payload: bytes, fin: bool) -> None:
+        if payload and self.streams.get(stream, {}).get("streamtype") == "data":
+            self.data(stream, 0, payload)
+        if fin:
+            self.data(stream, FLAG_FIN, b"")
+
+
+class Exec(SpdySession):
+    """A kubelet's exec over SPDY (v4.channel.k8s.io: one stream per stdin, stdout, stderr and
+    error, the exit Status as JSON on the error stream), of a container that runs `echo ARGS`,
+    `cat` (stdin to stdout) or `exit N`, like the WebSocket stand-in of the kubelet tests."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, command: list[str], *, stdin: bool) -> None:
+        super().__init__(reader, writer)
+        self.command = command
+        self.expected = {"error", "stdout", "stderr"} | ({"stdin"} if stdin else set())
+        self.by_type: dict[str, int] = {}
+        self.stdin = b""
+
+    def opened(self, stream: int, headers: dict[str, str], fin: bool) -> None:
+        self.by_type[headers.get("streamtype", "")] = stream
+        if set(self.by_type) >= self.expected and self.command[:1] != ["cat"]:
+            self.run()
+
+    def received(self, stream: int, payload: bytes, fin: bool) -> None:
+        if stream == self.by_type.get("stdin"):
+            self.stdin += payload
+            if fin and self.command == ["cat"]:
+                self.run()
+
+    def run(self) -> None:
+        status: dict[str, object] = {"metadata": {}, "status": "Success"}
+        if self.command[:1] == ["echo"]:
+            self.data(self.by_type["stdout"], 0, " ".join(self.command[1:]).encode() + b"\n")
+        elif self.command == ["cat"]:
+            self.data(self.by_type["stdout"], 0, self.stdin)
+        elif self.command[:1] == ["exit"]:
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode", "message": "command terminated with non-zero exit code",
+                      "details": {"causes": [{"reason": "ExitCode", "message": self.command[1]}]}}
+        self.data(self.by_type["stdout"], FLAG_FIN, b"")
+        self.data(self.by_type["stderr"], FLAG_FIN, b"")
+        self.data(self.by_type["error"], FLAG_FIN, json.dumps(status).encode())

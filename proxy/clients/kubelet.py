@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import NamedTuple
 
 import aiohttp
 
@@ -85,11 +86,11 @@ class KubeletClient:
         finally:
             await ws.close()
 
-    async def upgrade(self, address: str, path: str, upgrade: str, protocol: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """An HTTP/1.1 upgrade to `upgrade` (e.g. SPDY/3.1) of https://<address><path> with
-        X-Stream-Protocol-Version `protocol`, as kube-apiserver's upgrade-aware proxy sends it:
-        the connection once the kubelet answered 101, its bytes to relay as they are. Raises
-        KubeletUnreachable, or KubeletRefused with the kubelet's status."""
+    async def upgrade(self, address: str, path: str, upgrade: str, protocols: Sequence[str], *, method: str = "GET") -> Upgraded:
+        """An HTTP/1.1 upgrade to `upgrade` (e.g. SPDY/3.1) of https://<address><path>, offering
+        each of `protocols` as an X-Stream-Protocol-Version, as kube-apiserver's upgrade-aware
+        proxy sends it: the connection once the kubelet answered 101, its bytes to relay as they
+        are. Raises KubeletUnreachable, or KubeletRefused with the kubelet's status."""
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         try:
@@ -99,8 +100,8 @@ class KubeletClient:
             )
         except (OSError, ValueError, asyncio.TimeoutError) as exc:
             raise KubeletUnreachable(str(exc) or type(exc).__name__) from None
-        request = (f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n"
-                   f"X-Stream-Protocol-Version: {protocol}\r\n\r\n")
+        offered = "".join(f"X-Stream-Protocol-Version: {protocol}\r\n" for protocol in protocols)
+        request = f"{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n{offered}\r\n"
         try:
             writer.write(request.encode())
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._timeout.sock_connect)
@@ -113,7 +114,7 @@ class KubeletClient:
         if status != 101:
             writer.close()
             raise KubeletRefused(status, status_line)
-        return reader, writer
+        return Upgraded(reader, writer, head)
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -125,8 +126,17 @@ class KubeletClient:
             await self._session.close()
 
 
+class Upgraded(NamedTuple):
+    """A connection to a kubelet after its 101: `head` is its answer as it came (status line and
+    headers, up to the blank line); the kubelet's bytes after it are still in `reader`."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    head: bytes
+
+
 class KubeletRefused(Exception):
-    """The kubelet answered a WebSocket upgrade with something else than 101."""
+    """The kubelet answered an upgrade (WebSocket or SPDY) with something else than 101."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status} {message}")

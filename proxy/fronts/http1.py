@@ -99,6 +99,24 @@ class Writer:
             raise ClientGone(str(exc)) from None
         return _WebSocket(ws)
 
+    async def accept_upgrade(self, head: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        # aiohttp's parser upgrades only to websocket and tcp (anything else would go on being
+        # parsed as requests), so the connection is taken from it: its protocol becomes a
+        # stream's before the 101 is written, and the client sends nothing of the new protocol
+        # before it reads the 101. aiohttp's handler learns the connection's end from ours.
+        request = self._request
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise ClientGone("client went away before its upgrade")
+        reader = asyncio.StreamReader(limit=_UPGRADED_BUFFER)
+        protocol = _Upgraded(reader, request.protocol)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
+        writer.write(head)
+        self.response, self.status = _TakenOver(status=101), 101
+        return reader, writer
+
     def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
         return False  # aiohttp ends a response when its handler returns: the task streams it
 
@@ -109,6 +127,35 @@ class Writer:
             await self.response.write_eof()
         except ConnectionError:
             pass  # the client is gone: nothing left to end
+
+
+# bytes: the StreamReader limit of an upgraded connection (reading pauses at twice this);
+# asyncio's default, a few SPDY DATA frames
+_UPGRADED_BUFFER = 64 * 1024
+
+
+class _Upgraded(asyncio.StreamReaderProtocol):
+    """The protocol of a connection taken from aiohttp by an upgrade: a stream's, which passes
+    the connection's end on to aiohttp's handler (so the server forgets the connection)."""
+
+    def __init__(self, reader: asyncio.StreamReader, handler: asyncio.BaseProtocol) -> None:
+        super().__init__(reader)
+        self._handler = handler
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._handler.connection_lost(exc)
+
+
+class _TakenOver(web.StreamResponse):
+    """What the handler returns for a connection taken over by an upgrade: its 101 is already
+    written, so aiohttp has nothing left to send."""
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        return None
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None
 
 
 class _WebSocket:

@@ -206,6 +206,9 @@ class _Writer:
     async def accept_websocket(self, protocol: str) -> WebSocketChannel | None:
         return None  # no RFC 8441 extended CONNECT: kubectl upgrades over HTTP/1.1
 
+    async def accept_upgrade(self, head: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        return None  # HTTP/2 has no Upgrade (RFC 9113, 8.6): client-go's SPDY dialer asks HTTP/1.1
+
     def detach(self, source: LineSource, *, deadline: float, on_end: Callable[[str], None]) -> bool:
         if self._conn.closing or not self.started:
             return False

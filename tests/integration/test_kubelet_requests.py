@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -20,7 +21,7 @@ from aiohttp import web
 
 from hack.federation import PROXY_ADMINS_GROUP
 from hack.proxy_process import ProxyProcess
-from tests.federation import Kube, pod
+from tests.federation import Kube, pod, until
 
 LINES = [f"line {i}: hello from the container" for i in range(1, 6)]
 
@@ -245,3 +246,134 @@ async def test_kubectl_port_forward_through_the_proxy_relays_its_spdy_session_to
     assert b"X-Stream-Protocol-Version: portforward.k8s.io" in upgrades[0]
     streams = sessions[0].streams.values()
     assert {s.get("streamtype") for s in streams} == {"error", "data"} and {s.get("port") for s in streams} == {"8080"}
+
+
+@dataclass
+class SpdyKubelet:
+    """A kubelet stand-in that serves exec and port-forward as SPDY/3.1 upgrades only (what a
+    kubelet does for a client that upgrades to SPDY: kube-apiserver relays the upgrade to it).
+    `heads` are the upgrade requests it got, with the client certificate's CN ("" for none)."""
+
+    port: int = 0
+    heads: list[tuple[bytes, str]] = field(default_factory=list)
+    sessions: list[object] = field(default_factory=list)
+
+
+@pytest.fixture
+async def spdy_kubelet(kube: Kube, tmp_path: Path) -> AsyncIterator[SpdyKubelet]:
+    from urllib.parse import parse_qs, urlsplit
+
+    from tests.spdy import EchoPortForward, Exec
+
+    state = SpdyKubelet()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        subject = dict(x[0] for x in (writer.get_extra_info("peercert") or {}).get("subject", ()))
+        state.heads.append((head, subject.get("commonName", "")))
+        lines = head.decode().split("\r\n")
+        target = urlsplit(lines[0].split(" ")[1])
+        offered = [v.strip() for line in lines[1:] if line.lower().startswith("x-stream-protocol-version:")
+                   for v in line.split(":", 1)[1].split(",")]
+        chosen = next(p for p in ("v4.channel.k8s.io", "portforward.k8s.io") if p in offered)
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+                     b"X-Stream-Protocol-Version: " + chosen.encode() + b"\r\n\r\n")
+        query = parse_qs(target.query)
+        session = (Exec(reader, writer, query.get("command", []), stdin=query.get("input") == ["1"])
+                   if target.path.startswith("/exec/") else EchoPortForward(reader, writer))
+        state.sessions.append(session)
+        await session.serve()
+        writer.close()
+
+    crt, key = kube.fed.ca.issue_serving(tmp_path, "kubelet-spdy", ["127.0.0.1"])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(kube.fed.ca_file))
+    context.load_cert_chain(crt, key)
+    context.verify_mode = ssl.CERT_OPTIONAL  # the partitions' kube-apiservers have no kubelet client certificate
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+    state.port = server.sockets[0].getsockname()[1]
+    try:
+        yield state
+    finally:
+        server.close()
+
+
+async def test_spdy_upgrades_straight_from_kubectl_are_relayed_like_kube_apiserver_relays_them(
+    kube: Kube, unique: str, proxy_with_kubelet: tuple[ProxyProcess, Path], spdy_kubelet: SpdyKubelet
+) -> None:
+    """kubectl with WebSockets turned off (as kubectl before 1.31, and client-go's SPDY executor)
+    upgrades to SPDY/3.1 itself. The reference is the same kubectl straight against tp1 for a
+    pod and Node both in tp1, which kube-apiserver relays to the same kubelet; through the proxy
+    the pod is in tp2 and its Node in rp1."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from tests.spdy import EchoPortForward
+
+    proxy, admin = proxy_with_kubelet
+    status = {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                         "daemonEndpoints": {"kubeletEndpoint": {"Port": spdy_kubelet.port}}}}
+    direct = kube.direct("tp1")
+    through = (admin, f"rp1-spdy-{unique}", f"nova-{unique}")  # node in rp1, tenant in tp2
+    straight = (direct, f"tp1-spdy-{unique}", f"alpha-{unique}")  # both in tp1, asked of tp1 itself
+    for kubeconfig, node_name, namespace in (through, straight):
+        config = None if kubeconfig == admin else kubeconfig
+        kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}}, kubeconfig=config)
+        await asyncio.to_thread(kube.kubectl, "patch", "node", node_name, "--subresource=status", "--type=merge", "-p", json.dumps(status),
+                                kubeconfig=config)
+        await asyncio.to_thread(kube.kubectl, "create", "namespace", namespace, kubeconfig=config)
+        kube.create(pod(namespace, "p", node_name), kubeconfig=config)
+        await asyncio.to_thread(kube.kubectl, "patch", "pod", "p", "-n", namespace, "--subresource=status", "--type=merge",
+                                "-p", json.dumps({"status": {"phase": "Running"}}), kubeconfig=config)
+
+    spdy_env = {**os.environ, "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false", "KUBECTL_PORT_FORWARD_WEBSOCKETS": "false"}
+
+    def run(kubeconfig: Path, namespace: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([kube.kubectl_path, "--kubeconfig", str(kubeconfig), "-n", namespace, *args], input=stdin,
+                              capture_output=True, text=True, timeout=60, env=spdy_env)
+
+    results = {}
+    for kubeconfig, node_name, namespace in (through, straight):
+        echo = await asyncio.to_thread(run, kubeconfig, namespace, "exec", "p", "--", "echo", "hello", "world")
+        cat = await asyncio.to_thread(run, kubeconfig, namespace, "exec", "-i", "p", "--", "cat", stdin="line one\nline two\n")
+        failed = await asyncio.to_thread(run, kubeconfig, namespace, "exec", "p", "--", "exit", "3")
+        results[kubeconfig] = [(r.returncode, r.stdout) for r in (echo, cat, failed)]
+        assert echo.returncode == 0 and cat.returncode == 0, (echo.stderr, cat.stderr)
+    assert results[admin] == results[direct] == [(0, "hello world\n"), (0, "line one\nline two\n"), (3, "")]
+
+    # what the kubelet was asked: the same upgrade either way, from the proxy's kubelet client certificate
+    (proxied, proxy_cn), (straight_head, straight_cn) = spdy_kubelet.heads[0], spdy_kubelet.heads[3]
+    assert (proxy_cn, straight_cn) == ("partition-proxy-kubelet-client", "")
+
+    def request_and_offers(head: bytes) -> tuple[str, str, list[tuple[str, str]], list[str]]:
+        lines = head.decode().split("\r\n")
+        method, target, _ = lines[0].split(" ")
+        url = urlsplit(target)
+        offers = [line.split(":", 1)[1].strip() for line in lines if line.lower().startswith("x-stream-protocol-version")]
+        return method, url.path.split("/")[1], sorted(parse_qsl(url.query)), offers
+
+    assert request_and_offers(proxied) == request_and_offers(straight_head)
+    assert proxied.startswith(f"POST /exec/{through[2]}/p/app?command=echo&command=hello&command=world&error=1&output=1 ".encode()), proxied
+
+    # port-forward over SPDY: the client's session relayed as it is
+    forward = await asyncio.create_subprocess_exec(kube.kubectl_path, "--kubeconfig", str(admin), "port-forward", "-n", through[2], "pod/p", ":8080",
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=spdy_env)
+    try:
+        assert forward.stdout is not None
+        line = (await asyncio.wait_for(forward.stdout.readline(), 30)).decode()
+        assert line.startswith("Forwarding from 127.0.0.1:"), line
+        local = int(line.split("127.0.0.1:", 1)[1].split(" ", 1)[0])
+        reader, writer = await asyncio.open_connection("127.0.0.1", local)
+        writer.write(b"hello over spdy")
+        echoed = await asyncio.wait_for(reader.readexactly(len(b"hello over spdy")), 15)
+        writer.close()
+        assert echoed == b"hello over spdy"
+    finally:
+        forward.terminate()
+        await forward.wait()
+    head, _ = spdy_kubelet.heads[-1]
+    assert head.startswith(f"POST /portForward/{through[2]}/p ".encode()) and b"X-Stream-Protocol-Version: portforward.k8s.io" in head, head
+    session = spdy_kubelet.sessions[-1]
+    assert isinstance(session, EchoPortForward) and {s.get("port") for s in session.streams.values()} == {"8080"}
+    # the connections taken over from aiohttp end with their sessions: only the scrape's own is open
+    await until(lambda: kube.metric("partition_proxy_connections", server=proxy.server, protocol="http/1.1") == 1, 10,
+          "the proxy forgot the upgraded connections")
+    await asyncio.to_thread(kube.kubectl, "delete", "node", straight[1], kubeconfig=direct)

@@ -45,3 +45,15 @@ def test_exec_options_become_the_kubelets_parameters() -> None:
     assert offered_protocols({"Upgrade": "websocket", "Sec-WebSocket-Protocol": "v5.channel.k8s.io, v4.channel.k8s.io"}) == (
         "v5.channel.k8s.io", "v4.channel.k8s.io")
     assert offered_protocols({"Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "v4.channel.k8s.io"}) == ()
+
+
+def test_a_spdy_upgrade_offers_every_stream_protocol_header_in_order() -> None:
+    from multidict import CIMultiDict
+
+    from proxy.kubelet import spdy_protocols
+
+    headers = CIMultiDict([("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1"), ("X-Stream-Protocol-Version", "v4.channel.k8s.io"),
+                           ("X-Stream-Protocol-Version", "v3.channel.k8s.io"), ("x-stream-protocol-version", "v2.channel.k8s.io, channel.k8s.io")])
+    assert spdy_protocols(headers) == ("v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io", "channel.k8s.io")
+    assert spdy_protocols(CIMultiDict({"Upgrade": "websocket", "X-Stream-Protocol-Version": "v4.channel.k8s.io"})) == ()
+    assert spdy_protocols(CIMultiDict({"X-Stream-Protocol-Version": "portforward.k8s.io"})) == ()  # no upgrade asked

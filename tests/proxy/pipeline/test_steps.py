@@ -80,6 +80,9 @@ class Writer:
     async def accept_websocket(self, protocol: str) -> Any:
         return None
 
+    async def accept_upgrade(self, head: bytes) -> Any:
+        return None
+
     def detach(self, source: Any, *, deadline: float, on_end: Any) -> bool:
         return False
 
