@@ -269,26 +269,35 @@ class Federation:
                 return p
         raise KeyError(name)
 
-    def start(self, timeout: float = 180.0) -> Federation:
-        """Wipe ``root``, start every partition and apply RBAC; ``timeout`` (seconds) bounds the
-        wait for all apiservers to be ready. On any failure everything started is stopped."""
+    def start(self, timeout: float = 180.0, *, deferred: Sequence[str] = ()) -> Federation:
+        """Wipe ``root``, start every partition but the ``deferred`` ones (prepared: ports,
+        certificates, kubeconfigs; started later by `start_partitions`) and apply RBAC;
+        ``timeout`` (seconds) bounds the wait for all apiservers to be ready. On any failure
+        everything started is stopped."""
         if self._procs:
             raise FederationError("federation already started")
         atexit.register(self.stop)
         try:
             self._prepare()
-            deadline = time.monotonic() + timeout
-            self._wait([self._start_etcd(p) for p in self.partitions], _etcd_ready, deadline)
-            self._wait([self._start_apiserver(p) for p in self.partitions],
-                       self._apiserver_ready, deadline)
-            kubectl = find_kubectl()
-            for p in self.partitions:
-                self._kubectl(kubectl, p, "apply", "-f", "-", input=RBAC_YAML)
+            self._start([p for p in self.partitions if p.name not in deferred], timeout)
         except BaseException:
             with contextlib.suppress(FederationError):  # keep the original error
                 self.stop()
             raise
         return self
+
+    def start_partitions(self, names: Sequence[str], timeout: float = 120.0) -> None:
+        """Start partitions left out by `start(deferred=...)`, together, and apply RBAC in
+        them; ``timeout`` in seconds. Raises FederationError."""
+        self._start([self.partition(name) for name in names], timeout)
+
+    def _start(self, partitions: list[PartitionInfo], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self._wait([self._start_etcd(p) for p in partitions], _etcd_ready, deadline)
+        self._wait([self._start_apiserver(p) for p in partitions], self._apiserver_ready, deadline)
+        kubectl = find_kubectl()
+        for p in partitions:
+            self._kubectl(kubectl, p, "apply", "-f", "-", input=RBAC_YAML)
 
     def stop(self) -> None:
         """Stop apiservers, then etcds: SIGTERM, up to 10 s, then SIGKILL. Idempotent.

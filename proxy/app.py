@@ -64,6 +64,10 @@ def build_resource_versions(config: ProxyConfig) -> ResourceVersions:
 # RV spaces (a sync: a table read, a probe of every partition, a write; tens of ms) before the
 # change is refused and the running set stays.
 SPACE_WAIT_SECONDS = 10.0
+# seconds a retired partition's client stays open after the change: open union watches list
+# through it what they must tell their clients is gone (one paged LIST each, well under a second
+# on a drained partition; generous for many watches at once).
+RETIRED_CLIENT_GRACE_SECONDS = 30.0
 # reads of discovery, half a second apart, after a definition was written through the proxy: a
 # CRD is served (and discovered) once established, about a second after it is created.
 _DISCOVERY_FOLLOW_UP_ROUNDS = 10
@@ -237,7 +241,8 @@ class ProxyApp:
         retired partitions; then, in one loop turn (atomic for every request and watch of this
         process), replace the routing state, rebase the watch caches (joined partitions'
         reflectors start: their objects reach open cache watchers as ADDED; retired ones'
-        objects leave as DELETED) and tell open union watches; last, close retired clients.
+        objects leave as DELETED) and tell open union watches; last, close retired clients
+        (after RETIRED_CLIENT_GRACE_SECONDS: union watches list through them what left).
         Raises ConfigError when the change cannot be applied; the running set is then kept."""
         ctx = self.ctx
         config = change.config
@@ -279,7 +284,7 @@ class ProxyApp:
             self.definitions_wake.set()
         for name in change.retired:
             if name in ctx.clients:
-                await ctx.clients.pop(name).close()
+                self._spawn(f"close-retired:{name}", _close_after(ctx.clients.pop(name), RETIRED_CLIENT_GRACE_SECONDS))
 
     async def _wait_for_spaces(self) -> None:
         """Wait until the shared table has an epoch of every current RV space (publishing one
@@ -344,6 +349,14 @@ async def _after(ready: asyncio.Event, work: Callable[[], Coroutine[Any, Any, No
     """Run `work()` once `ready` is set (reflectors stamp events with RVs of the epoch table)."""
     await ready.wait()
     await work()
+
+
+async def _close_after(client: PartitionClient, delay: float) -> None:
+    """Close a retired partition's client after `delay` seconds (at once when cancelled: shutdown)."""
+    try:
+        await asyncio.sleep(delay)
+    finally:
+        await client.close()
 
 
 def _log_unexpected_end(task: asyncio.Task[None]) -> None:

@@ -9,8 +9,11 @@ flowing; a reopen refused with a Status (a 410) ends the union watch with that S
 ERROR event (`Expired` for 410) so the client relists. A partition that is unavailable when the
 watch opens does not refuse it (policy `failure.union_policy: partial`, the default): the others
 are served at once with a Warning header, and that partition's events follow, from the client's
-position in it, once it answers again (as union lists serve the partitions that answer). `routing.merge.WatchMerge` decides what
-is written; every event already queued is merged and written in one chunk.
+position in it, once it answers again (as union lists serve the partitions that answer). When
+the partition set changes, a partition that joins is watched from its beginning (its objects
+arrive as ADDED) and one that retires leaves as DELETED events of its objects (`_retirement`).
+`routing.merge.WatchMerge` decides what is written; every event already queued is merged and
+written in one chunk.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import orjson
 from multidict import CIMultiDict
 
 from proxy import answers
-from proxy.clients.errors import APIError, PartitionUnavailable
+from proxy.clients.errors import APIError, PartitionUnavailable, StreamBroken
+from proxy.clients.partition import PartitionClient
 from proxy.clients.watch import Backoff, WatchStream
 from proxy.context import ProxyContext
 from proxy.headers import downstream_response_headers, union_accept, upstream_request_headers
@@ -32,7 +36,7 @@ from proxy.messages import Answer, Exchange
 from routing import protobuf as pb
 from routing import rv as rvcodec
 from routing.decide import route_keep
-from routing.merge import WatchMerge
+from routing.merge import WatchMerge, deleted_events
 from routing.query import is_malformed_rv, translated_query, watch_lifetime
 from routing.status import expired, status, watch_error_event
 
@@ -53,6 +57,11 @@ _TABLE_HOLD_SECONDS = 10.0
 _TABLE_HOLDS = 3
 
 _TRUE = {"true", "1"}
+# items per page of the list that tells a union watch what a retired partition held; kube-apiserver's
+# own default page for informers' lists (client-go pager: 500)
+_RETIRE_PAGE = 500
+# queued after a retired partition's last event (compared by identity): its DELETED events go here
+_RETIRED = bytes(b"retired")
 
 
 async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
@@ -129,7 +138,7 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
             return await ex.respond(answers.bad_gateway("partitions answered the watch in different media types"))
         warnings = [f'299 - "partition {p} is unavailable: its events follow when it is back"' for p in down]
         await _stream(ex, ctx, merge, streams, first_type=first.content_type, stream_of=stream_of, protobuf=first.protobuf,
-                      warnings=warnings)
+                      warnings=warnings, upstream_headers=headers)
     finally:
         for stream in streams.values():
             await stream.close()
@@ -160,7 +169,7 @@ async def _open_all(streams: dict[str, WatchStream], *, partial: bool) -> tuple[
 
 
 async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: dict[str, WatchStream], *, first_type: str,
-                  stream_of: Callable[[str], WatchStream], protobuf: bool, warnings: list[str]) -> None:
+                  stream_of: Callable[[str], WatchStream], protobuf: bool, warnings: list[str], upstream_headers: CIMultiDict[str]) -> None:
     queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=_EVENT_QUEUE_DEPTH)
 
     async def pump(partition: str, stream: WatchStream) -> None:
@@ -177,29 +186,51 @@ async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: d
 
     def on_partition_set() -> None:
         """The partition set changed (plain def: runs atomically). A partition that joined
-        the role is watched from its beginning, its objects reach the client as ADDED events;
-        one that retired ends the watch with 410 (what it sent cannot be taken back one object
-        at a time: the client relists, as after any expired watch)."""
+        the role is watched from its beginning, its objects reach the client as ADDED events.
+        One that retired stops being watched; once its last queued event is merged, its
+        objects leave as DELETED events (`_retirement`)."""
         codec = ctx.rv.codec_extending(merge.space)
         if codec is None or codec is merge.codec:
             return
         gone = sorted(p for p in streams if p in codec.retired)
-        if gone:
-            while queue.full():
-                queue.get_nowait()
-            message = f"partition {gone[0]} left the partition set: relist"
-            queue.put_nowait((gone[0], _status_event(410, orjson.dumps(expired(message)), protobuf=protobuf)))
-            return
         for p in merge.rebase(codec):
             streams[p] = stream_of(p)
-            tasks.append(asyncio.create_task(pump(p, streams[p]), name=f"union-watch:{p}"))
+            pumps[p] = asyncio.create_task(pump(p, streams[p]), name=f"union-watch:{p}")
+        for p in gone:
+            retiring[p] = ctx.clients.get(p)  # taken now: the proxy closes a retired partition's client soon
+            helpers.append(asyncio.create_task(stop_then_mark(p, streams.pop(p), pumps.pop(p)), name=f"union-watch-retire:{p}"))
+
+    async def stop_then_mark(partition: str, stream: WatchStream, pumping: asyncio.Task[None]) -> None:
+        """Stop a retired partition's stream; then queue the marker behind its last event."""
+        pumping.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await pumping
+        await stream.close()
+        await queue.put((partition, _RETIRED))
+
+    async def write(batch: list[tuple[str, bytes]]) -> bool:
+        """merge_and_write, with each retirement marker replaced by that partition's DELETED
+        events, computed once everything before it is merged (the position they are at)."""
+        done = 0
+        for i, (partition, event) in enumerate(batch):
+            if event is not _RETIRED:
+                continue
+            if not await merge_and_write(ex, ctx, merge, batch[done:i], on_event, protobuf=protobuf):
+                return False
+            events = await _retirement(ex, merge, partition, retiring.pop(partition, None), headers=upstream_headers, protobuf=protobuf)
+            if not await merge_and_write(ex, ctx, merge, [(partition, e) for e in events], on_event, protobuf=protobuf):
+                return False
+            done = i + 1
+        return await merge_and_write(ex, ctx, merge, batch[done:], on_event, protobuf=protobuf)
 
     headers = CIMultiDict({"Content-Type": first_type or "application/json"})
     for warning in warnings:
         headers.add("Warning", warning)
     await ex.writer.start(200, headers)
     deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)
-    tasks = [asyncio.create_task(pump(p, s), name=f"union-watch:{p}") for p, s in streams.items()]
+    pumps = {p: asyncio.create_task(pump(p, s), name=f"union-watch:{p}") for p, s in streams.items()}
+    helpers: list[asyncio.Task[None]] = []
+    retiring: dict[str, PartitionClient | None] = {}
     on_event = merge.on_frame if protobuf else merge.on_line
     try:
         with ctx.stream(finish), ctx.partition_set_listener(on_partition_set), contextlib.suppress(TimeoutError):
@@ -208,15 +239,59 @@ async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: d
                     batch = [await queue.get()]
                     while not queue.empty():
                         batch.append(queue.get_nowait())
-                    if not await merge_and_write(ex, ctx, merge, batch, on_event, protobuf=protobuf):
+                    if not await write(batch):
                         break
     finally:
+        tasks = [*pumps.values(), *helpers]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
     await ex.writer.end()
+
+
+async def _retirement(ex: Exchange, merge: WatchMerge, partition: str, client: PartitionClient | None, *,
+                      headers: CIMultiDict[str], protobuf: bool) -> list[bytes]:
+    """The events that tell the client a retired partition's objects are gone: its objects
+    matching the watch at the watch's position in it (a LIST with resourceVersionMatch=Exact,
+    as the client's identity, paged), as DELETED events one past that position (the synthetic
+    position `WatchCache.retire` uses too). When that cannot be done (nothing seen of it yet,
+    its initial events unfinished, the list refused or failed, a Table watch), a 410 ERROR
+    event instead: the client relists, as after any expired watch."""
+    native = merge.vector[merge.space.index(partition)]
+    events: list[bytes] = []
+    problem = ""
+    if client is None or not native or partition in merge.initial:
+        problem = "nothing seen of it yet" if not native else "its initial events were not over"
+    else:
+        replace: dict[str, str | None] = {"watch": None, "allowWatchBookmarks": None, "sendInitialEvents": None, "timeoutSeconds": None,
+                                          "resourceVersion": str(native), "resourceVersionMatch": "Exact", "limit": str(_RETIRE_PAGE)}
+        try:
+            while True:
+                whole = await client.read_whole("GET", ex.info.upstream_path, query=translated_query(ex.request.query_string, replace=replace),
+                                                headers=headers, identity=ex.identity)
+                if whole.status != 200:
+                    problem = f"its list answered {whole.status}"
+                    break
+                events += deleted_events(whole.body, native + 1, protobuf=protobuf)
+                token = _continue_token(whole.body, protobuf=protobuf)
+                if not token:
+                    break
+                replace |= {"resourceVersion": None, "resourceVersionMatch": None, "continue": token}
+        except (PartitionUnavailable, StreamBroken, ValueError, RuntimeError) as exc:  # RuntimeError: its client closed
+            problem = f"its objects could not be listed: {exc}"
+    if problem:
+        message = f"partition {partition} left the partition set and {problem}: relist"
+        return [_status_event(410, orjson.dumps(expired(message)), protobuf=protobuf)]
+    return events
+
+
+def _continue_token(body: bytes, *, protobuf: bool) -> str:
+    """metadata.continue of a list page ("" on the last page)."""
+    if protobuf:
+        return pb.list_meta_continue(pb.list_items(body)[1])
+    return str((orjson.loads(body).get("metadata") or {}).get("continue") or "")
 
 
 async def merge_and_write(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, batch: list[tuple[str, bytes]],

@@ -587,6 +587,12 @@ def list_meta_rv(list_meta: bytes) -> str:
     return _last_string(data, [(0, len(data))], 2) or ""
 
 
+def list_meta_continue(list_meta: bytes) -> str:
+    """ListMeta.continue (field 3) of a ListMeta message, "" if absent. Raises ProtobufError."""
+    data = _bytes_of(list_meta)
+    return _last_string(data, [(0, len(data))], 3) or ""
+
+
 def rewrite_item_rvs(item: bytes, fn: RVFn, *, api_version: str = "", kind: str = "") -> bytes:
     """A list item's message (as `list_items` returns it) with its ITEM resourceVersion, and the
     REFERENCE ones when the item's `api_version` and `kind` (e.g. "v1", "Event") have any,

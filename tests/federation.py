@@ -160,15 +160,17 @@ def running_federation(
     caches: Sequence[Mapping[str, Any]] | None = None,
     extra: Mapping[str, Any] | None = None,
     proxied: Sequence[str] | None = None,
+    deferred: Sequence[str] = (),
 ) -> Iterator[Kube]:
     """A federation of real partitions under `root` and one proxy in front of `proxied` of them
-    (default: all; the others are peers for same-run baselines), an admin kubeconfig through
-    the proxy; everything stopped on the way out."""
+    (default: all; the others are peers for same-run baselines, or `deferred`: prepared but
+    started by the test, `fed.start_partitions`), an admin kubeconfig through the proxy;
+    everything stopped on the way out."""
     require_binaries("kube-apiserver", "etcd")
     fed = Federation(root / "federation", tenant_partitions=tenant_partitions, resource_partitions=resource_partitions)
     proxy = None
     try:
-        fed.start()
+        fed.start(deferred=deferred)
         proxy = ProxyProcess(
             fed, root / "proxy", partitions=proxied, caches=list(caches) if caches is not None else None, extra=extra
         ).start()

@@ -1,9 +1,10 @@
 """The partition set changed at runtime on real partitions (issue: scale out without a restart).
 
 A federation of its own: 3 TPs x 3 RPs, the proxy in front of tp1, tp2, rp1 and rp2 only. rp3
-already holds nodes and tp3 a tenant's namespace and pods when the config file gains them; 500
-watches are open through the proxy meanwhile (nodes by name, every node, pods by
-spec.nodeName: watch caches and union watches; a client-go pod informer). Then rp3 is retired, a tenant is fenced and
+and tp3 are started during the test, while 500 watches are open through the proxy; they hold
+nodes, and a tenant's namespace and pod, when the config file gains them (nodes by name, every node, pods by
+spec.nodeName: watch caches and union watches; a client-go pod informer). Then rp3 is retired (its
+nodes leave cached and union watches as DELETED), a tenant is fenced and
 moved, and a second replica shows how fast replicas converge on a change.
 """
 
@@ -35,7 +36,8 @@ from tests.goclients import finish_rvcheck, reap_rvcheck, start_rvcheck
 NEW_NODES = [f"rp3-n{i}" for i in range(1, 6)]
 NEW_TENANT = "zeta"  # placed in tp3 by an explicit tenant map (the ranges split a-z over tp1, tp2)
 BY_NAME_PER_NODE = 50  # 250 watches of one rp3 node by name
-ALL_NODES = 100  # watches of every node
+ALL_NODES = 98  # watches of every node (JSON: served by the node cache)
+PROTOBUF_NODES = 2  # watches of every node in protobuf: union watches over the RPs (no cache serves them)
 PODS_ON_RP1_N1 = 149  # kubelet-style watches of the pods bound to rp1-n1, a union over the TPs
 # ... and one client-go pod informer (rvcheck pod-watch): 500 watches in all
 RUN_LABEL = "density.partition-proxy.io/run"  # what rvcheck pod-watch selects
@@ -45,15 +47,22 @@ CONVERGE_SECONDS = 10.0  # the bound asserted for a change to be served: one 2 s
 @pytest.fixture(scope="module")
 def kube6(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     root = tmp_path_factory.mktemp("partition-set")
-    with running_federation(root, tenant_partitions=3, resource_partitions=3, proxied=["tp1", "tp2", "rp1", "rp2"]) as kube:
+    with running_federation(root, tenant_partitions=3, resource_partitions=3, proxied=["tp1", "tp2", "rp1", "rp2"],
+                            deferred=["rp3", "tp3"]) as kube:
         kube.create(node("rp1-n1"))
-        for name in NEW_NODES:
-            kube.create(node(name), kubeconfig=kube.direct("rp3"))
-        kube.kubectl("create", "namespace", f"{NEW_TENANT}-web", kubeconfig=kube.direct("tp3"))
-        z1 = pod(f"{NEW_TENANT}-web", "z1", "rp1-n1")
-        z1["metadata"]["labels"] = {RUN_LABEL: "join"}  # type: ignore[index]
-        kube.create(z1, kubeconfig=kube.direct("tp3"))
         yield kube
+
+
+def start_new_partitions(kube: Kube) -> None:
+    """Start rp3 and tp3 (real etcd + kube-apiserver each) and give them what they hold when
+    they join: nodes in rp3, a tenant's namespace and a pod in tp3."""
+    kube.fed.start_partitions(["rp3", "tp3"])
+    for name in NEW_NODES:
+        kube.create(node(name), kubeconfig=kube.direct("rp3"))
+    kube.kubectl("create", "namespace", f"{NEW_TENANT}-web", kubeconfig=kube.direct("tp3"))
+    z1 = pod(f"{NEW_TENANT}-web", "z1", "rp1-n1")
+    z1["metadata"]["labels"] = {RUN_LABEL: "join"}  # type: ignore[index]
+    kube.create(z1, kubeconfig=kube.direct("tp3"))
 
 
 def rewrite(path: Path, change: Any) -> None:
@@ -112,6 +121,37 @@ async def open_watch(session: aiohttp.ClientSession, server: str, ctx: ssl.SSLCo
     return watch
 
 
+async def open_protobuf_watch(session: aiohttp.ClientSession, server: str, ctx: ssl.SSLContext, path: str, params: dict[str, str]) -> Watch:
+    """`open_watch` in protobuf (what kubelets and controllers speak); each event is kept as
+    {"type", "object": {"metadata": {"name", "resourceVersion"}}}."""
+    from routing import protobuf as pb
+
+    watch = Watch(f"{path}?{params} (protobuf)")
+    headers = {"Accept": "application/vnd.kubernetes.protobuf;type=watch"}
+    response = await session.get(server + path, params={**params, "watch": "true", "allowWatchBookmarks": "true"}, headers=headers, ssl=ctx)
+    assert response.status == 200, (path, params, await response.text())
+
+    async def read() -> None:
+        frames = pb.FrameReader()
+        try:
+            async for chunk in response.content.iter_any():
+                for frame in frames.feed(chunk):
+                    event = pb.decode_watch_event(frame)
+                    if event.type not in ("BOOKMARK", "ERROR"):
+                        meta = {"name": pb.object_item_meta(event.object).name, "resourceVersion": pb.object_rv(event.object)}
+                        watch.events.append({"type": event.type, "object": {"metadata": meta}})
+                    elif event.type == "ERROR":
+                        watch.ended = f"ERROR {pb.status_fields(event.object)}"
+            watch.ended = watch.ended or "end of stream"
+        except (aiohttp.ClientError, asyncio.CancelledError, RuntimeError) as exc:
+            watch.ended = watch.ended or repr(exc)
+        finally:
+            response.release()
+
+    asyncio.get_running_loop().create_task(read())
+    return watch
+
+
 async def list_rv(session: aiohttp.ClientSession, server: str, ctx: ssl.SSLContext, path: str, **params: str) -> tuple[str, list[str]]:
     async with session.get(server + path, params=params, ssl=ctx) as r:
         assert r.status == 200, await r.text()
@@ -136,11 +176,12 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
             for n in NEW_NODES for _ in range(BY_NAME_PER_NODE)
         ]
         every_node = [await open_watch(s, server, ctx, "/api/v1/nodes", {"resourceVersion": nodes_rv}) for _ in range(ALL_NODES)]
+        union_nodes = [await open_protobuf_watch(s, server, ctx, "/api/v1/nodes", {"resourceVersion": nodes_rv}) for _ in range(PROTOBUF_NODES)]
         pods = [
             await open_watch(s, server, ctx, "/api/v1/pods", {"fieldSelector": "spec.nodeName=rp1-n1", "resourceVersion": pods_rv})
             for _ in range(PODS_ON_RP1_N1)
         ]
-        watches = [*by_name, *every_node, *pods]
+        watches = [*by_name, *every_node, *union_nodes, *pods]
         ready = config_path.parent / "informer.ready"
         informer = start_rvcheck(rvcheck, ["pod-watch", "--kubeconfig", str(kube6.admin), "--run", "join", "--duration", "5m",
                                              "--ready-file", str(ready)])
@@ -148,6 +189,12 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
         await until(ready.exists, 60, "the client-go informer synced")
         assert len(watches) + 1 == 500
         await asyncio.sleep(1)
+        assert all(not w.events and not w.ended for w in watches)
+
+        # rp3 and tp3 start now, while the 500 watches are open.
+        booted = time.monotonic()
+        await asyncio.to_thread(start_new_partitions, kube6)
+        booted = time.monotonic() - booted
         assert all(not w.events and not w.ended for w in watches)
 
         # A replicated definition made before tp3 joins: tp3 gets it when it joins.
@@ -170,7 +217,7 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
         joined_version = await asyncio.to_thread(wait_for_version, kube6, before)
         applied = time.monotonic() - started
         await until(lambda: all(w.of("ADDED") for w in by_name), 30, "every by-name watch got its rp3 node")
-        await until(lambda: all(len(w.of("ADDED")) == len(NEW_NODES) for w in every_node), 30, "every node watch got rp3's nodes")
+        await until(lambda: all(len(w.of("ADDED")) == len(NEW_NODES) for w in [*every_node, *union_nodes]), 30, "every node watch got rp3's nodes")
         await until(lambda: all(w.of("ADDED") == ["z1"] for w in pods), 30, "every pod watch got tp3's pod")
         await asyncio.sleep(1)
         assert [w.path for w in watches if w.ended] == [], "a watch closed"
@@ -223,13 +270,16 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
             os.kill(kube6.proxy.popen.pid, signal.SIGHUP)  # type: ignore[union-attr]
             await asyncio.to_thread(wait_for_version, kube6, version)
         await until(lambda: all(w.of("DELETED") for w in by_name), 30, "every by-name watch saw its rp3 node deleted")
-        await until(lambda: all(len(w.of("DELETED")) == len(NEW_NODES) for w in every_node), 30, "node watches saw rp3's nodes deleted")
-        assert [w.path for w in [*by_name, *every_node] if w.ended] == [], "a cached watch closed"
-        assert all(monotonic_rvs(w) for w in [*by_name, *every_node])
+        await until(lambda: all(len(w.of("DELETED")) == len(NEW_NODES) for w in [*every_node, *union_nodes]), 30,
+                    "node watches saw rp3's nodes deleted")
+        assert [w.path for w in [*by_name, *every_node, *union_nodes] if w.ended] == [], "a watch closed"
+        assert all(monotonic_rvs(w) for w in [*by_name, *every_node, *union_nodes])
+        assert all(sorted(w.of("DELETED")) == NEW_NODES for w in union_nodes)
         _, names = await list_rv(s, server, ctx, "/api/v1/nodes")
         assert not set(NEW_NODES) & set(names)
         # Resuming from an RV issued while rp3 lived replays its deletions (from the node cache);
-        # a union watch, which keeps no state to replay them from, answers 410 and the client relists.
+        # a union watch opened from one, which keeps no state to replay them from, answers 410
+        # and the client relists (an open union watch got them as DELETED above).
         resumed = await open_watch(s, server, ctx, "/api/v1/nodes", {"resourceVersion": last_rv})
         await until(lambda: len(resumed.of("DELETED")) == len(NEW_NODES), 30, "a resumed watch replays rp3's deletions")
         protobuf = {"Accept": "application/vnd.kubernetes.protobuf;type=watch"}  # not a cached answer: the union watch
@@ -237,7 +287,7 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
             assert r.status == 410, await r.text()
         # The union pod watches are over the TPs, which did not change: still open.
         assert [w.path for w in pods if w.ended] == []
-        print(f"\npartition set {before} -> {joined_version}: served {applied:.2f} s after the file was written (SIGHUP)")
+        print(f"\nrp3 and tp3 started in {booted:.1f} s with 500 watches open; partition set {before} -> {joined_version}: served {applied:.2f} s after the file was written (SIGHUP)")
 
 
 def test_a_fenced_tenant_moves_between_tenant_partitions_under_writes(kube6: Kube) -> None:
