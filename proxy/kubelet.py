@@ -191,8 +191,8 @@ async def pod_stream(ex: Exchange, ctx: ProxyContext) -> None:
     """exec or attach: the client's WebSocket (KEP-4006: v5.channel.k8s.io and earlier
     channel protocols, what kubectl >= 1.31 speaks) relayed message by message to a WebSocket
     to the node's kubelet, which serves the same protocols (its streaming server takes
-    WebSocket as well as SPDY). A SPDY upgrade, or none, answers 400 as kube-apiserver answers
-    a request it cannot upgrade."""
+    WebSocket as well as SPDY). A SPDY/3.1 upgrade is relayed as such (`_relay_spdy`); a
+    request that asks no upgrade answers 400 "Upgrade request required", as kube-apiserver's."""
     assert ctx.kubelet is not None
     info, request = ex.info, ex.request
     protocols, spdy = offered_protocols(request.headers), spdy_protocols(request.headers)
