@@ -8,7 +8,9 @@ DEFINITIONS_SYNC_SECONDS. It only creates what is missing, with the proxy's own 
 needs get, list and create on these kinds in every TP: hack/federation.py RBAC_YAML); it never
 updates or deletes a definition that differs (an operator's change in one TP is not overwritten;
 a delete a TP missed stays missed), and counts what it could not create in
-`partition_proxy_replication_failures_total`.
+`partition_proxy_replication_failures_total`. Copies that differ from the system partition's
+(routing.replicas: the definition, or the status of its conditions) are counted in
+`partition_proxy_definitions_differing{partition, resource}` and named in a log line each pass.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from proxy.clients.errors import APIConflict, APINotFound, UpstreamError
 from proxy.context import ProxyContext
 from routing.decide import REPLICATED_VERSIONS
+from routing.replicas import copy_differences
 
 log = logging.getLogger("partition_proxy.definitions_sync")
 
@@ -29,6 +32,8 @@ log = logging.getLogger("partition_proxy.definitions_sync")
 DEFINITIONS_SYNC_SECONDS = 300.0
 # The path of each replicated kind's collection, in REPLICATED_VERSIONS' order.
 KIND_PATHS = tuple((resource, f"/apis/{group}/{version}/{resource}") for (group, resource), version in REPLICATED_VERSIONS.items())
+# copies named per kind and partition in one pass's log (the gauge counts them all)
+_LOGGED_DIFFERENCES = 5
 _SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink", "deletionTimestamp")
 
 
@@ -59,9 +64,14 @@ async def sync_definitions(ctx: ProxyContext) -> int:
         for partition in targets:
             client = ctx.clients[partition]
             try:
-                have = {(i.get("metadata") or {}).get("name") for i in (await client.get_json(path)).get("items") or ()}
+                have = {(i.get("metadata") or {}).get("name"): i for i in (await client.get_json(path)).get("items") or ()}
             except (UpstreamError, ValueError):
                 continue
+            differing = {name: copy_differences(obj, have[name]) for name, obj in wanted.items() if name in have}
+            differing = {name: found for name, found in differing.items() if found}
+            ctx.metrics.definitions_differing.labels(partition, resource).set(len(differing))
+            for name, found in sorted(differing.items())[:_LOGGED_DIFFERENCES]:
+                log.warning("definitions: %s %s in %s differs from the system partition's: %s", resource, name, partition, "; ".join(found))
             for name, obj in wanted.items():
                 if name in have:
                     continue

@@ -24,6 +24,8 @@ partition_proxy_partition_set_info{version}: 1 for the partition-set version thi
   of the config file (applied, unchanged, refused).
 partition_proxy_replication_failures_total{partition, resource}: writes of cluster-scoped
   definitions (CRDs, admission policies, ...) the system partition took and a TP did not.
+partition_proxy_definitions_differing{partition, resource}: copies of those definitions in a TP
+  that differ from the system partition's (routing.replicas), as of the last definitions sync.
 partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
 partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
 
@@ -83,6 +85,7 @@ class Metrics:
     partition_set: Gauge
     reloads: Counter
     replication_failures: Counter
+    definitions_differing: Gauge
     multiprocess: bool = False
     _connection_counts: list[tuple[Callable[[], Mapping[str, int]], Mapping[str, int]]] = field(default_factory=list)
 
@@ -223,6 +226,12 @@ class Metrics:
                 "Replicated writes of cluster-scoped definitions a tenant partition did not take.",
                 ("partition", "resource"),
                 registry=registry,
+            ),
+            definitions_differing=Gauge(
+                "partition_proxy_definitions_differing",
+                "Copies of replicated definitions in a tenant partition that differ from the system partition's, at the last sync.",
+                ("partition", "resource"),
+                multiprocess_mode="max", registry=registry,
             ),
             cache_resource_version=Gauge(
                 "partition_proxy_watch_cache_resource_version",

@@ -8,16 +8,25 @@ partition's and mean nothing in another TP: they are dropped from a JSON body se
 write is last-writer-wins in the copies). A TP that refuses or cannot be reached is reported to
 the client in a `Warning` header (`299 - "not replicated to tp2: 409 AlreadyExists ..."`) and
 counted in `partition_proxy_replication_failures_total{partition, resource}`; the write itself
-stands (kube-apiserver semantics of the system partition). What is not done: catching a TP up
-on writes it missed while down, and copying existing definitions to a TP that joins: an operator
-replays them (docs/partition-set.md).
+stands (kube-apiserver semantics of the system partition). A TP that missed a create (it was
+down, or it joined later) gets it from proxy/definitions_sync.py.
+
+A GET of a replicated definition (or of its status) is answered by the system partition, as it
+came; the other TPs' copies are read at the same time (as JSON, with the client's identity) and
+each that is missing or differs (routing.replicas: its definition, or the status of a condition
+the system partition's copy reports, such as a CRD not Established there) is named in a
+`Warning` header: `299 - "customresourcedefinitions widgets.example.com in tp2: condition
+Established is False (...)"`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import Any
 
 import orjson
+from multidict import CIMultiDict
 
 from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
@@ -26,14 +35,17 @@ from proxy.context import ProxyContext
 from proxy.headers import downstream_response_headers, upstream_request_headers
 from proxy.messages import Answer, Exchange
 from routing import translate
+from routing.replicas import copy_differences
 
 # bytes of a copy's refusal quoted in the Warning header: a Status message, not the whole body
 _WARNING_MESSAGE_CHARS = 200
 
 
 async def replicate(ex: Exchange, ctx: ProxyContext) -> None:
-    """Answer a replicated write (module docstring)."""
+    """Answer a replicated write, or a GET of a replicated definition (module docstring)."""
     assert ex.route is not None
+    if ex.info.verb == "get":
+        return await _read_and_compare(ex, ctx)
     request, info, route = ex.request, ex.info, ex.route
     system = route.partitions[0]
     ex.target = system
@@ -98,3 +110,67 @@ def _failure(partition: str, result: Whole | BaseException, *, delete: bool) -> 
         reason, message = "", ""
     text = f"not replicated to {partition}: {status} {reason} {message}".replace('"', "'").strip()
     return f'299 - "{text}"'
+
+
+async def _read_and_compare(ex: Exchange, ctx: ProxyContext) -> None:
+    """A GET of a replicated definition (module docstring)."""
+    assert ex.route is not None
+    request, info, route = ex.request, ex.info, ex.route
+    system = route.partitions[0]
+    ex.target = system
+    headers = upstream_request_headers(request.headers)
+    as_json = CIMultiDict(headers)
+    as_json["Accept"] = "application/json"
+    as_json.pop("Accept-Encoding", None)
+
+    async def read(partition: str, sent: CIMultiDict[str]) -> Whole:
+        return await ctx.clients[partition].read_whole("GET", info.upstream_path, query=request.query_string, headers=sent, identity=ex.identity)
+
+    answered = await asyncio.gather(read(system, headers), *(read(p, as_json) for p in route.replicate_to), return_exceptions=True)
+    first = answered[0]
+    if isinstance(first, BaseException):
+        if isinstance(first, PartitionUnavailable):
+            return await ex.respond(answers.partition_unavailable(first))
+        if isinstance(first, StreamBroken):
+            return await ex.respond(answers.unavailable_answer(system, str(first), 1))
+        raise first
+    status, got, raw = first
+    out_headers = downstream_response_headers(got, keep_length=False)
+    if status == 200:
+        ours = _object(raw)
+        if ours is None:  # a Table or protobuf answer: the system partition's copy as JSON too
+            with contextlib.suppress(PartitionUnavailable, StreamBroken):
+                again = await read(system, as_json)
+                ours = _object(again.body) if again.status == 200 else None
+        if ours is not None:
+            for partition, result in zip(route.replicate_to, answered[1:]):
+                problem = _copy_problem(ours, result)
+                if problem:
+                    text = f"{info.resource} {info.name} in {partition}: {problem}".replace('"', "'")
+                    out_headers.add("Warning", f'299 - "{text}"')
+    await ex.respond(Answer(status, raw, out_headers, content_type=None))
+
+
+def _object(raw: bytes) -> dict[str, Any] | None:
+    """A JSON object answer (not a Table), else None."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("kind") not in (None, "Table", "Status") else None
+
+
+def _copy_problem(ours: dict[str, Any], result: Whole | BaseException) -> str:
+    """What is wrong with a TP's copy ("" when it agrees with `ours`)."""
+    if isinstance(result, BaseException):
+        if not isinstance(result, (PartitionUnavailable, StreamBroken)):
+            raise result
+        return "it does not answer"
+    if result.status == 404:
+        return "missing"
+    if result.status != 200:
+        return f"answered {result.status}"
+    theirs = _object(result.body)
+    if theirs is None:
+        return "answered something else than the object"
+    return "; ".join(copy_differences(ours, theirs))

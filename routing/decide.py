@@ -14,7 +14,8 @@ Precedence, first match wins:
    then replicated to every other live TP (`Route.replicate_to`): without it a CRD made through
    the proxy would serve custom resources in the system partition's namespaces only, and an
    admission policy would never apply to the other TPs' namespaces. Their reads (and their
-   status subresource, which each kube-apiserver writes itself) stay with the system partition.
+   status subresource, which each kube-apiserver writes itself) are the system partition's; a
+   GET of one also reads the other TPs' copies, to report those that differ (routing.replicas).
 Cluster-wide LIST/WATCH (and deletecollection) of a namespaced resource is a union over all TPs;
 of a node-scoped resource, a union over all RPs; of leases (node Leases in the RPs' kube-node-lease,
 every other Lease in the TPs), a union over every partition (`kubectl get leases -A`), each
@@ -110,7 +111,7 @@ class Route:
     message: str = ""
     plain_text: bool = False  # answer `message` as text/plain, as kube-apiserver does for unknown paths
     retry_after: int = 0  # seconds, for a REJECT that the client should retry (Retry-After)
-    replicate_to: tuple[str, ...] = ()  # FORWARD of a replicated write: the other TPs that get it after
+    replicate_to: tuple[str, ...] = ()  # FORWARD of a replicated write: the other TPs that get it after (a GET: whose copies are compared)
     discovery_from: tuple[str, ...] = ()  # FORWARD of a discovery document: the other TPs merged in (routing.discovery_merge)
     via_kubelet: bool = False  # FORWARD of a pod's log: the proxy reads the pod in its TP and asks its node's kubelet
 
@@ -309,7 +310,9 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
 
     # 4. Everything else.
-    if key in REPLICATED and info.verb in _WRITE_VERBS and not info.subresource and not info.namespace:
+    if key in REPLICATED and not info.namespace and (
+        (info.verb in _WRITE_VERBS and not info.subresource) or (info.verb == "get" and info.subresource in ("", "status"))
+    ):
         others = tuple(t for t in p.tenant_partitions if t != p.system_partition)
         return Route(RouteKind.FORWARD, (p.system_partition,), space, replicate_to=others)
     return Route(RouteKind.FORWARD, (p.system_partition,), space)

@@ -200,6 +200,9 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
         # A replicated definition made before tp3 joins: tp3 gets it when it joins.
         priority_class = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "before-tp3"}, "value": 7}
         kube6.create(priority_class)
+        # ... and one tp3 already has with another value: reported as differing, not overwritten.
+        kube6.create(priority_class | {"metadata": {"name": "differs-in-tp3"}})
+        kube6.create(priority_class | {"metadata": {"name": "differs-in-tp3"}, "value": 8}, kubeconfig=kube6.direct("tp3"))
 
         # -- rp3 and tp3 join ------------------------------------------------------------------
         before = debug_partitions(kube6)["version"]
@@ -244,6 +247,9 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
             return done.returncode == 0
 
         await until(in_tp3, 15, "the PriorityClass made before tp3 joined created in tp3 (proxy/definitions_sync.py)")
+        differing = {"partition": "tp3", "resource": "priorityclasses"}
+        await until(lambda: kube6.metric("partition_proxy_definitions_differing", **differing) == 1, 15, "the differing copy counted")
+        assert "8" == kube6.kubectl("get", "priorityclass", "differs-in-tp3", "-o", "jsonpath={.value}", kubeconfig=kube6.direct("tp3"))
 
         # Lists are unions over the new set; a new namespace of the tenant lands in tp3.
         _, names = await list_rv(s, server, ctx, "/api/v1/nodes")

@@ -149,3 +149,41 @@ async def test_a_crd_made_straight_in_tp2_is_discovered_and_served_through_the_p
         async with s.get(kube.proxy.server + f"/apis/{group}/v1", ssl=ctx) as r:  # legacy discovery: tp2's answer
             assert r.status == 200 and [x["name"] for x in (await r.json())["resources"]] == ["widgets"]
     kube.kubectl("delete", "crd", f"widgets.{group}", kubeconfig=kube.direct("tp2"))
+
+
+def test_reading_a_definition_reports_the_tenant_partitions_whose_copy_differs(kube: Kube, unique: str) -> None:
+    """A GET of a replicated definition answers the system partition's copy and names, in a
+    Warning kubectl prints, each TP whose copy is missing, was changed there, or did not accept
+    it the same way (its conditions: here a CRD whose kind another CRD already has in tp2)."""
+    group = f"r{unique}.example.com"
+    name = f"widgets.{group}"
+
+    def get(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([kube.kubectl_path, "--kubeconfig", str(kube.admin), "get", "crd", name, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    kube.create(crd(group))
+    eventually(lambda: "Established" in kube.kubectl("get", "crd", name, "-o", "jsonpath={.status.conditions[*].type}",
+                                                     kubeconfig=kube.direct("tp2")), 30, "the copy established in tp2")
+    clean = get("-o", "name")
+    assert clean.returncode == 0 and clean.stderr == "", clean.stderr
+    kube.kubectl("label", "crd", name, "edited=in-tp2", kubeconfig=kube.direct("tp2"))
+    edited = get()  # a Table answer: the copies are compared as JSON all the same
+    assert edited.returncode == 0
+    assert f"Warning: customresourcedefinitions {name} in tp2: its definition differs" in edited.stderr, edited.stderr
+    kube.kubectl("delete", "crd", name, kubeconfig=kube.direct("tp2"))
+    eventually(lambda: f"Warning: customresourcedefinitions {name} in tp2: missing" in get("-o", "name").stderr, 30, "the missing copy reported")
+    kube.kubectl("delete", "crd", name)
+
+    # A CRD that tp2 does not accept: its kind is taken there by another CRD of the group.
+    other = crd(group)
+    other["metadata"] = {"name": f"gizmos.{group}"}
+    other["spec"]["names"] = {"plural": "gizmos", "singular": "gizmo", "kind": "Widget"}  # type: ignore[index]
+    kube.create(other, kubeconfig=kube.direct("tp2"))
+    kube.create(crd(group))
+    conflict = (f"Warning: customresourcedefinitions {name} in tp2: condition NamesAccepted is False (ListKindConflict: "
+                f"'WidgetList' is already in use); condition Established is False (NotAccepted: not all names are accepted)")
+    eventually(lambda: conflict in get("-o", "name").stderr, 30, "tp2's refusal of the kind reported")
+    assert get("-o", "name").returncode == 0
+    kube.kubectl("delete", "crd", name)
+    kube.kubectl("delete", "crd", f"gizmos.{group}", kubeconfig=kube.direct("tp2"))

@@ -111,10 +111,13 @@ def test_writes_of_cluster_scoped_definitions_are_replicated_to_every_other_live
         ("PATCH", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/p"),
         ("DELETE", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/p"),
         ("DELETE", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+        # a GET: the system partition's answer, the other copies compared (routing.replicas)
+        ("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"),
+        ("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com/status"),
     ]:
         assert (r(method, path).partitions, r(method, path).replicate_to) == (("tp1",), ("tp2",)), (method, path)
     for method, path in [
-        ("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"),  # reads: the system partition's
+        ("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),  # lists and watches: the system partition's
         ("PUT", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com/status"),  # each kube-apiserver's own
         ("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles"),  # RBAC stays per partition
     ]:
