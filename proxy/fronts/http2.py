@@ -270,6 +270,7 @@ class _Pushed:
                 self.end(Outcome.GONE)
                 return
             self._pending = [data[sent:]] if sent < len(data) else []
+            self._conn.blocked(self._stream, bool(self._pending))
         if self._pending:
             if self._stall is None:
                 self._stall = asyncio.get_running_loop().call_later(self._conn.write_timeout, self._reset, "its reader did not read in time")
@@ -344,6 +345,9 @@ class Http2Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._peercert: dict[str, Any] | None = None
         self._streams: dict[int, _Stream] = {}
+        # streams with data waiting for a flow-control window (insertion-ordered): what a
+        # WINDOW_UPDATE of the connection wakes, instead of every stream of the connection
+        self._blocked: dict[_Stream, None] = {}
         self._writable = asyncio.Event()
         self._writable.set()
         self._closing = False
@@ -485,8 +489,15 @@ class Http2Connection(asyncio.Protocol):
             if (stream := self._streams.get(stream_id)) is not None:
                 stream.window_opened()
             return
-        for stream in self._streams.values():
+        for stream in tuple(self._blocked):  # a stream with nothing waiting has nothing to send
             stream.window_opened()
+
+    def blocked(self, stream: _Stream, waiting: bool) -> None:
+        """Whether `stream` has data waiting for a flow-control window (see `_windows_opened`)."""
+        if waiting:
+            self._blocked[stream] = None
+        else:
+            self._blocked.pop(stream, None)
 
     # -- serving -------------------------------------------------------------------------------
 
@@ -542,11 +553,14 @@ class Http2Connection(asyncio.Protocol):
             except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
                 raise ClientGone(f"stream {stream.id} closed") from None
             if window <= 0 and view:
+                self.blocked(stream, True)
                 try:
                     await stream.window(self._write_timeout)
                 except TimeoutError:
                     self.reset(stream, h2.errors.ErrorCodes.CANCEL)
                     raise ClientGone(f"stream {stream.id}: its reader did not read in time") from None
+                finally:
+                    self.blocked(stream, False)
                 continue
             n = min(window, self._h2.max_outbound_frame_size, len(view))
             last = n == len(view)
@@ -598,6 +612,7 @@ class Http2Connection(asyncio.Protocol):
     def forget(self, stream: _Stream) -> None:
         """A pushed stream ended: it is no longer the connection's."""
         self._streams.pop(stream.id, None)
+        self._blocked.pop(stream, None)
         stream.pushed = None
 
     @property

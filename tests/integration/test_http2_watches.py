@@ -135,3 +135,55 @@ def _save(summary: dict[str, Any]) -> None:
     out.write_text(json.dumps(summary, indent=2))
     if os.environ.get("H2WATCH_DEBUG"):
         print(json.dumps(summary, indent=2))
+
+
+def test_watches_blocked_by_the_connection_window_resume_when_the_client_opens_it(kube: Kube, unique: str) -> None:
+    """Two cached watches on one connection whose client acknowledges nothing: their events stop
+    at the connection's 64 KiB flow-control window (each stream still has room of its own); a
+    WINDOW_UPDATE of the connection alone lets both flow again (the proxy wakes the streams that
+    wait for a window, not every stream of the connection)."""
+    import h2.events
+
+    from tests.h2client import H2Client
+
+    names = [f"rp1-window-{unique}-{i}" for i in range(2)]
+    for name in names:
+        kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    host, port = kube.proxy.server.removeprefix("https://").rsplit(":", 1)
+    client = H2Client(host, int(port), kube.client_ssl())
+    client.sock.settimeout(1.0)
+    streams = {}
+    for name in names:
+        stream_id = client.conn.get_next_available_stream_id()
+        client.conn.send_headers(stream_id, [(":method", "GET"), (":path", f"/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D{name}"),
+                                             (":scheme", "https"), (":authority", client.authority)], end_stream=True)
+        streams[stream_id] = 0
+    client.flush()
+
+    def read_for(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                data = client.sock.recv(65536)
+            except TimeoutError:
+                continue
+            for event in client.conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived) and event.stream_id in streams:
+                    streams[event.stream_id] += event.flow_controlled_length  # never acknowledged
+            client.flush()
+
+    padding = "x" * 8192
+    for i in range(6):  # 2 x 6 x ~8.5 KiB of events: past the connection's window, within each stream's
+        for name in names:
+            kube.kubectl("annotate", "--overwrite", "node", name, f"pad={padding}{i}")
+    read_for(3.0)
+    stalled = dict(streams)
+    assert 60_000 <= sum(stalled.values()) <= 65_535, stalled  # the connection's window, used up
+    client.conn.increment_flow_control_window(1 << 20)  # the connection's window only
+    client.flush()
+    read_for(3.0)
+    assert all(streams[s] > stalled[s] for s in streams), (stalled, streams)
+    assert sum(streams.values()) > 100_000, streams
+    client.close()
+    for name in names:
+        kube.kubectl("delete", "node", name)
