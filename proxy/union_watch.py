@@ -262,8 +262,12 @@ async def _retirement(ex: Exchange, merge: WatchMerge, partition: str, client: P
     native = merge.vector[merge.space.index(partition)]
     events: list[bytes] = []
     problem = ""
-    if client is None or not native or partition in merge.initial:
-        problem = "nothing seen of it yet" if not native else "its initial events were not over"
+    if not native:
+        problem = "nothing was seen of it yet"
+    elif partition in merge.initial:
+        problem = "its initial events were not over"
+    elif client is None:
+        problem = "its client is closed"
     else:
         replace: dict[str, str | None] = {"watch": None, "allowWatchBookmarks": None, "sendInitialEvents": None, "timeoutSeconds": None,
                                           "resourceVersion": str(native), "resourceVersionMatch": "Exact", "limit": str(_RETIRE_PAGE)}
