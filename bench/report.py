@@ -105,17 +105,22 @@ def render_watch_fanout(doc: dict[str, Any], path: Path | None = None) -> str:
 
 
 def _stalls(cases: list[dict[str, Any]], key: str) -> str:
-    """One line on the proxy's loop lag and full collections per case (when recorded)."""
-    parts = []
-    for c in cases:
-        st = c["proxy"].get("proxy_stalls")
-        if not st:
-            continue
-        lag, gc2 = st.get("loop_lag") or {}, st.get("gc_pause_gen2") or {}
-        parts.append(f"{c[key]:,} {key}: loop lag p99 <= {lag.get('p99_le_s')} s, {lag.get('over_50ms')} of {lag.get('count')} "
-                     f"probes over 50 ms; {gc2.get('count')} full collections, {gc2.get('over_50ms')} over 50 ms "
-                     f"(p99 <= {gc2.get('p99_le_s')} s)")
-    return "\nProxy stalls (whole side): " + "; ".join(parts) + "\n" if parts else ""
+    """One line on the proxy's loop lag and full collections per case (when recorded): over the
+    whole side, and over the delivery window alone when the benchmark scraped it."""
+    lines = []
+    for field, what in (("proxy_stalls", "whole side"), ("proxy_stalls_delivery", "delivery window")):
+        parts = []
+        for c in cases:
+            st = c["proxy"].get(field)
+            if not st:
+                continue
+            lag, gc2 = st.get("loop_lag") or {}, st.get("gc_pause_gen2") or {}
+            parts.append(f"{c[key]:,} {key}: loop lag p99 <= {lag.get('p99_le_s')} s, {lag.get('over_50ms')} of {lag.get('count')} "
+                         f"probes over 50 ms; {gc2.get('count')} full collections, {gc2.get('over_50ms')} over 50 ms "
+                         f"(p99 <= {gc2.get('p99_le_s')} s)")
+        if parts:
+            lines.append(f"\nProxy stalls ({what}): " + "; ".join(parts) + "\n")
+    return "".join(lines)
 
 
 def render_cache_memory(doc: dict[str, Any], path: Path | None = None) -> str:

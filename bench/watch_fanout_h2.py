@@ -193,7 +193,10 @@ async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], sid
                               "--duration", f"{patch_seconds + 4:.0f}s"], work / "h2ping.json", work / "h2ping.ready")
         await wait_ready(ping, work / "h2ping.ready", 30, f"{side}: rvcheck h2ping")
         cpu2 = cpu_seconds(pid)
+        stalls1 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if side == "proxy" else {}
         sent, failed = await patch_nodes(setup, sessions, side, patch_seq, args.interval_ms)
+        if side == "proxy":  # the delivery window alone: what could delay the events measured
+            out["proxy_stalls_delivery"] = stall_summary(stalls1, await proxy_stalls(sessions["proxy"], setup.proxy.server))
         await wait_exit(ping, patch_seconds + 60)
         await wait_exit(watch, duration + 120)
         cpu3 = cpu_seconds(pid)
