@@ -47,7 +47,7 @@ def serve_get(cache: WatchCache, plan: CachePlan, slot: int | None) -> Answer | 
 
 async def serve_list(writer: ResponseWriter, cache: WatchCache, plan: CachePlan, slot: int | None) -> None:
     """The matching objects, written in pieces as they are joined (chunked encoding)."""
-    objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace, slot=slot)
+    objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace, slot=slot, name=plan.name)
     if len(objects) <= LIST_BATCH:
         return await writer.respond(Answer(200, cache.list_bytes(objects)))
     await writer.start(200, _JSON)

@@ -159,6 +159,7 @@ class WatchCache:
         self._relists = [0] * n
         self._events = 0
         self._sorted_keys: list[Key] | None = None
+        self._namespaced = False  # some object has a namespace: a name alone is no key
         self._listing: dict[str, _Listing] = {}
         self._joining: set[str] = set()  # partitions added at runtime whose first LIST is not in yet
 
@@ -278,6 +279,8 @@ class WatchCache:
         # each string is held once however many objects carry it.
         labels = {sys.intern(k): sys.intern(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
         fields = {sys.intern(k): sys.intern(v) for k, v in selectable_fields(self.spec.group, self.spec.resource, obj).items()}
+        if meta.get("namespace"):
+            self._namespaced = True
         return CachedObject(
             slot=slot,
             namespace=sys.intern(meta.get("namespace", "")),
@@ -518,11 +521,18 @@ class WatchCache:
         name: str = "",
     ) -> list[CachedObject]:
         """Objects matching the selectors (and the namespace, partition slot and name when
-        given), in (partition, namespace, name) order."""
-        if self._sorted_keys is None:
-            self._sorted_keys = sorted(self._objects)
+        given), in (partition, namespace, name) order. One name (a kubelet's own Node, a
+        `metadata.name=` selector) is looked up by key, one per partition, not searched for:
+        50,000 kubelets listing their Node would otherwise each walk 50,000 objects."""
+        if name and (namespace or not self._namespaced):
+            slots = range(len(self.space)) if slot is None else (slot,)
+            keys: Iterable[Key] = [key for key in ((s, namespace, name) for s in slots) if key in self._objects]
+        else:
+            if self._sorted_keys is None:
+                self._sorted_keys = sorted(self._objects)
+            keys = self._sorted_keys
         out = []
-        for key in self._sorted_keys:
+        for key in keys:
             obj = self._objects[key]
             if (namespace and obj.namespace != namespace) or (slot is not None and obj.slot != slot) or (name and obj.name != name):
                 continue

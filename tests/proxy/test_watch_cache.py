@@ -259,3 +259,24 @@ def test_an_attached_watcher_pushes_each_line_to_its_sink_as_the_cache_dispatche
     assert len(pushed) == 6 and not w.terminated
     w.finish()
     assert pushed[-1] == b"" and w.terminated
+
+
+def test_one_name_is_looked_up_in_each_partition_and_still_filtered_by_the_selectors() -> None:
+    cache = make_cache()
+    cache.apply("rp1", "ADDED", node("b", 30, {"zone": "z1"}))  # the same name in both partitions
+    every = (parse_label_selector(""), parse_field_selector(""))
+    assert [(o.slot, o.name) for o in cache.matching(*every, name="b")] == [(0, "b"), (1, "b")]
+    assert [(o.slot, o.name) for o in cache.matching(*every, name="b", slot=1)] == [(1, "b")]
+    assert cache.matching(*every, name="missing") == []
+    zoned = cache.matching(parse_label_selector("zone=z1"), parse_field_selector("metadata.name=b"), name="b")
+    assert [(o.slot, o.name) for o in zoned] == [(0, "b")]
+
+
+def test_one_name_across_namespaces_is_searched_for() -> None:
+    spec = CacheConfig(name="pods", resource="pods", role=PartitionRole.TENANT)
+    cache = WatchCache(spec=spec, codec=CODEC, label_selector=parse_label_selector(""), field_selector=parse_field_selector(""))
+    pods = [{"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": ns, "resourceVersion": "5"}, "spec": {}} for ns in ("a", "b")]
+    cache.replace("rp1", pods, 6, kind="PodList", api_version="v1")
+    every = (parse_label_selector(""), parse_field_selector(""))
+    assert [(o.namespace, o.name) for o in cache.matching(*every, name="p")] == [("a", "p"), ("b", "p")]
+    assert [(o.namespace, o.name) for o in cache.matching(*every, "b", name="p")] == [("b", "p")]
