@@ -67,8 +67,7 @@ async def sync_definitions(ctx: ProxyContext) -> int:
                 have = {(i.get("metadata") or {}).get("name"): i for i in (await client.get_json(path)).get("items") or ()}
             except (UpstreamError, ValueError):
                 continue
-            differing = {name: copy_differences(obj, have[name]) for name, obj in wanted.items() if name in have}
-            differing = {name: found for name, found in differing.items() if found}
+            differing = {name: found for name, obj in wanted.items() if name in have and (found := copy_differences(obj, have[name]))}
             ctx.metrics.definitions_differing.labels(partition, resource).set(len(differing))
             for name, found in sorted(differing.items())[:_LOGGED_DIFFERENCES]:
                 log.warning("definitions: %s %s in %s differs from the system partition's: %s", resource, name, partition, "; ".join(found))

@@ -278,8 +278,8 @@ async def _retirement(ex: Exchange, merge: WatchMerge, partition: str, client: P
                 if whole.status != 200:
                     problem = f"its list answered {whole.status}"
                     break
-                events += deleted_events(whole.body, native + 1, protobuf=protobuf)
-                token = _continue_token(whole.body, protobuf=protobuf)
+                page, token = deleted_events(whole.body, native + 1, protobuf=protobuf)
+                events += page
                 if not token:
                     break
                 replace |= {"resourceVersion": None, "resourceVersionMatch": None, "continue": token}
@@ -290,12 +290,6 @@ async def _retirement(ex: Exchange, merge: WatchMerge, partition: str, client: P
         return [_status_event(410, orjson.dumps(expired(message)), protobuf=protobuf)]
     return events
 
-
-def _continue_token(body: bytes, *, protobuf: bool) -> str:
-    """metadata.continue of a list page ("" on the last page)."""
-    if protobuf:
-        return pb.list_meta_continue(pb.list_items(body)[1])
-    return str((orjson.loads(body).get("metadata") or {}).get("continue") or "")
 
 
 async def merge_and_write(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, batch: list[tuple[str, bytes]],

@@ -349,15 +349,16 @@ class WatchMerge:
         return [pb.encode_frame(pb.encode_watch_event(kind, pb.rewrite_rvs(obj, fn)))]
 
 
-def deleted_events(body: bytes, native: int, *, protobuf: bool) -> list[bytes]:
-    """A partition's LIST answer as the DELETED watch events of its items, each item's own
-    resourceVersion set to `native`: JSON event lines, or protobuf frame payloads (without their
-    length), as `WatchMerge.on_line` and `on_frame` take a partition's events. A union watch
-    tells its client that a retired partition's objects are gone this way, as
-    `WatchCache.retire` does for cache watchers. Raises ValueError (ProtobufError) for a body that
-    is no list of objects (a Table among them: its rows are not objects)."""
+def deleted_events(body: bytes, native: int, *, protobuf: bool) -> tuple[list[bytes], str]:
+    """A partition's LIST answer (one page) as the DELETED watch events of its items, each
+    item's own resourceVersion set to `native`: JSON event lines, or protobuf frame payloads
+    (without their length), as `WatchMerge.on_line` and `on_frame` take a partition's events;
+    with the page's continue token ("" on the last page). A union watch tells its client that a
+    retired partition's objects are gone this way, as `WatchCache.retire` does for cache
+    watchers. Raises ValueError (ProtobufError) for a body that is no list of objects (a Table
+    among them: its rows are not objects)."""
     if protobuf:
-        env, _, items = pb.list_items(body)
+        env, meta, items = pb.list_items(body)
         kind = env.kind.removesuffix("List")
         own = str(native)
 
@@ -366,7 +367,7 @@ def deleted_events(body: bytes, native: int, *, protobuf: bool) -> list[bytes]:
 
         return [pb.encode_watch_event("DELETED", pb.encode_envelope(pb.Envelope(
             api_version=env.api_version, kind=kind, raw=pb.rewrite_item_rvs(item, fn, api_version=env.api_version, kind=kind))))
-            for item in items]
+            for item in items], pb.list_meta_continue(meta)
     doc = orjson.loads(body)
     kind = doc.get("kind", "") if isinstance(doc, dict) else ""
     if not kind.endswith("List") or kind == "List" or not isinstance(doc.get("items"), list):
@@ -376,7 +377,7 @@ def deleted_events(body: bytes, native: int, *, protobuf: bool) -> list[bytes]:
         item["kind"], item["apiVersion"] = kind.removesuffix("List"), doc.get("apiVersion", "")
         item.setdefault("metadata", {})["resourceVersion"] = str(native)
         out.append(orjson.dumps({"type": "DELETED", "object": item}) + b"\n")
-    return out
+    return out, str((doc.get("metadata") or {}).get("continue") or "")
 
 
 def rvcodec_with_slot(vector: Sequence[int], slot: int, native: int) -> list[int]:

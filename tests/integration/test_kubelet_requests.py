@@ -108,6 +108,25 @@ async def fake_kubelet(kube: Kube, tmp_path: Path) -> AsyncIterator[FakeKubelet]
         await runner.cleanup()
 
 
+async def forward_and_echo(kube: Kube, kubeconfig: Path, namespace: str, payload: bytes, *, env: dict[str, str] | None = None) -> bytes:
+    """`kubectl port-forward pod/p :8080`, `payload` sent through the local port; what came back."""
+    forward = await asyncio.create_subprocess_exec(kube.kubectl_path, "--kubeconfig", str(kubeconfig), "port-forward", "-n", namespace, "pod/p", ":8080",
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    try:
+        assert forward.stdout is not None
+        line = (await asyncio.wait_for(forward.stdout.readline(), 30)).decode()
+        assert line.startswith("Forwarding from 127.0.0.1:"), line
+        local = int(line.split("127.0.0.1:", 1)[1].split(" ", 1)[0])
+        reader, writer = await asyncio.open_connection("127.0.0.1", local)
+        writer.write(payload)
+        echoed = await asyncio.wait_for(reader.readexactly(len(payload)), 15)
+        writer.close()
+        return echoed
+    finally:
+        forward.terminate()
+        await forward.wait()
+
+
 def kubectl(kube: Kube, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([kube.kubectl_path, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=60)
 
@@ -226,21 +245,9 @@ async def test_kubectl_port_forward_through_the_proxy_relays_its_spdy_session_to
     await asyncio.to_thread(kube.kubectl, "patch", "pod", "p", "-n", namespace, "--subresource=status", "--type=merge",
                             "-p", json.dumps({"status": {"phase": "Running"}}))  # kubectl forwards to running pods only
 
-    forward = await asyncio.create_subprocess_exec(kube.kubectl_path, "--kubeconfig", str(admin), "port-forward", "-n", namespace, "pod/p", ":8080",
-                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
-        assert forward.stdout is not None
-        line = (await asyncio.wait_for(forward.stdout.readline(), 30)).decode()
-        assert line.startswith("Forwarding from 127.0.0.1:"), line
-        local = int(line.split("127.0.0.1:", 1)[1].split(" ", 1)[0])
-        reader, writer = await asyncio.open_connection("127.0.0.1", local)
-        writer.write(b"hello through the proxy")
-        echoed = await asyncio.wait_for(reader.readexactly(len(b"hello through the proxy")), 15)
-        writer.close()
-        assert echoed == b"hello through the proxy"
+        assert await forward_and_echo(kube, admin, namespace, b"hello through the proxy") == b"hello through the proxy"
     finally:
-        forward.terminate()
-        await forward.wait()
         server.close()
     assert upgrades and upgrades[0].startswith(f"GET /portForward/{namespace}/p".encode()), upgrades
     assert b"X-Stream-Protocol-Version: portforward.k8s.io" in upgrades[0]
@@ -354,21 +361,7 @@ async def test_spdy_upgrades_straight_from_kubectl_are_relayed_like_kube_apiserv
     assert proxied.startswith(f"POST /exec/{through[2]}/p/app?command=echo&command=hello&command=world&error=1&output=1 ".encode()), proxied
 
     # port-forward over SPDY: the client's session relayed as it is
-    forward = await asyncio.create_subprocess_exec(kube.kubectl_path, "--kubeconfig", str(admin), "port-forward", "-n", through[2], "pod/p", ":8080",
-                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=spdy_env)
-    try:
-        assert forward.stdout is not None
-        line = (await asyncio.wait_for(forward.stdout.readline(), 30)).decode()
-        assert line.startswith("Forwarding from 127.0.0.1:"), line
-        local = int(line.split("127.0.0.1:", 1)[1].split(" ", 1)[0])
-        reader, writer = await asyncio.open_connection("127.0.0.1", local)
-        writer.write(b"hello over spdy")
-        echoed = await asyncio.wait_for(reader.readexactly(len(b"hello over spdy")), 15)
-        writer.close()
-        assert echoed == b"hello over spdy"
-    finally:
-        forward.terminate()
-        await forward.wait()
+    assert await forward_and_echo(kube, admin, through[2], b"hello over spdy", env=spdy_env) == b"hello over spdy"
     head, _ = spdy_kubelet.heads[-1]
     assert head.startswith(f"POST /portForward/{through[2]}/p ".encode()) and b"X-Stream-Protocol-Version: portforward.k8s.io" in head, head
     session = spdy_kubelet.sessions[-1]

@@ -575,15 +575,19 @@ def test_a_list_becomes_deleted_events_one_past_the_position_and_merges_like_ups
 
     body = orjson.dumps({"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "90"},
                          "items": [{"metadata": {"name": "n1", "resourceVersion": "40"}}, {"metadata": {"name": "n2", "resourceVersion": "80"}}]})
-    events = [orjson.loads(line) for line in deleted_events(body, 91, protobuf=False)]
+    lines, token = deleted_events(body, 91, protobuf=False)
+    assert token == ""
+    events = [orjson.loads(line) for line in lines]
     assert [(e["type"], e["object"]["kind"], e["object"]["apiVersion"], e["object"]["metadata"]) for e in events] == [
         ("DELETED", "Node", "v1", {"name": "n1", "resourceVersion": "91"}), ("DELETED", "Node", "v1", {"name": "n2", "resourceVersion": "91"})]
 
     wm = merge(initial=set(), client_initial_events=False, bookmarks=True)
     wm.vector[:] = [90, 7]
-    stamped = [orjson.loads(line) for e in deleted_events(body, 91, protobuf=False) for line in wm.on_line("tp1", e)]
+    stamped = [orjson.loads(line) for e in deleted_events(body, 91, protobuf=False)[0] for line in wm.on_line("tp1", e)]
     assert [decode(e["object"]["metadata"]["resourceVersion"]) for e in stamped] == [(91, 7), (91, 7)]
 
+    paged = orjson.dumps({"kind": "NodeList", "apiVersion": "v1", "metadata": {"continue": "next-page"}, "items": []})
+    assert deleted_events(paged, 91, protobuf=False) == ([], "next-page")
     with pytest.raises(ValueError):
         deleted_events(orjson.dumps({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "rows": []}), 91, protobuf=False)
 
@@ -593,7 +597,8 @@ def test_a_protobuf_list_becomes_deleted_event_frames_of_its_items() -> None:
 
     body = (PB / "podlist.pb").read_bytes()
     _, meta, items = pb.list_items(body)
-    frames = deleted_events(body, 500, protobuf=True)
+    frames, token = deleted_events(body, 500, protobuf=True)
+    assert token == ""
     events = [pb.decode_watch_event(f) for f in frames]
     assert [e.type for e in events] == ["DELETED"] * len(items)
     assert [(pb.decode_envelope(e.object).api_version, pb.decode_envelope(e.object).kind) for e in events] == [("v1", "Pod")] * len(items)
@@ -601,3 +606,4 @@ def test_a_protobuf_list_becomes_deleted_event_frames_of_its_items() -> None:
     assert [pb.object_item_meta(e.object).name for e in events] == [pb.item_meta(i).name for i in items]
     assert pb.list_meta_continue(meta) == ""
     assert pb.list_meta_continue(pb.list_items((PB / "podlist-limit2.pb").read_bytes())[1]) != ""
+    assert deleted_events((PB / "podlist-limit2.pb").read_bytes(), 500, protobuf=True)[1] != ""
