@@ -319,9 +319,12 @@ def _keepalive_socket(addr_info: Any) -> socket.socket:
 def new_session(ssl_context: ssl.SSLContext | bool) -> aiohttp.ClientSession:
     """A session for one partition: no connection cap (each downstream watch that is not served
     from a cache holds one upstream connection; in-flight limits bound them), bodies passed
-    on as they come (no decompression), no headers of aiohttp's own."""
+    on as they come (no decompression), no headers of aiohttp's own, and no cookie jar: the
+    session serves every client, so a cookie set in one client's answer (by a load balancer in
+    front of HA kube-apiservers, say) must not ride along with the next client's requests."""
     connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0, enable_cleanup_closed=True, socket_factory=_keepalive_socket)
-    return aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"),
+                                 cookie_jar=aiohttp.DummyCookieJar())
 
 
 async def open_partition(

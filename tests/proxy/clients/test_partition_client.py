@@ -97,6 +97,26 @@ async def test_a_request_carries_the_proxys_credential_and_the_clients_identity(
     assert "Content-Type" not in headers  # a body sent without one goes without one (kube-apiserver: JSON)
 
 
+async def test_a_cookie_one_answer_sets_is_not_sent_with_later_requests(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    # One session carries every client's requests to a partition: a cookie (a load balancer's
+    # affinity cookie in front of HA kube-apiservers, say) set in one client's answer must not
+    # go out with another client's request.
+    seen: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        response = web.Response(text="ok")
+        response.set_cookie("affinity", "replica-1")
+        return response
+
+    # By a host name: aiohttp's default jar keeps no cookies of IP addresses at all.
+    client = make_client((await serve(aiohttp_server, handler)).with_host("localhost"))
+    for who in ("alice", "bob"):
+        async with client.request("GET", "/api/v1/namespaces", identity=Identity(who, ())) as answer:
+            assert answer.status == 200 and "affinity=replica-1" in answer.headers.get("Set-Cookie", "")
+    assert seen == [None, None]
+
+
 async def test_a_refused_connection_fails_over_to_the_next_endpoint_for_a_replayable_body(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.Response(text=await request.text())
