@@ -169,7 +169,8 @@ async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], sid
     stalls0 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if side == "proxy" else {}
     watch = start_rvcheck(["h2watch", "--kubeconfig", str(kubeconfig), "--nodes", ",".join(names[: min(count, len(names))]),
                            "--pods-per-node=false", "--watches", str(count), "--per-connection", str(PER_CONNECTION),
-                           "--duration", f"{duration:.0f}s", "--watch-timeout", f"{args.open_timeout + duration + 60:.0f}s"], work / "h2watch.json", work / "h2watch.ready")
+                           "--duration", f"{duration:.0f}s", "--watch-timeout", f"{args.open_timeout + duration + 60:.0f}s",
+                           "--content-type", args.content_type], work / "h2watch.json", work / "h2watch.ready")
     ping: subprocess.Popen[bytes] | None = None
     out: dict[str, Any] = {"pid": pid}
     try:
@@ -272,6 +273,8 @@ def main() -> None:
     ap.add_argument("--open-timeout", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--event-loop", default="", help="the proxy's serve --event-loop (default: the proxy's)")
+    ap.add_argument("--content-type", choices=("protobuf", "json"), default="protobuf",
+                    help="what the watches ask for: protobuf then JSON (kubelets), or JSON only")
     args = ap.parse_args()
     if not RVCHECK.exists():
         print(f"{NAME}: {RVCHECK} missing: run `bash hack/build-components.sh`", file=sys.stderr)
