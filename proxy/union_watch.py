@@ -291,7 +291,6 @@ async def _retirement(ex: Exchange, merge: WatchMerge, partition: str, client: P
     return events
 
 
-
 async def merge_and_write(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, batch: list[tuple[str, bytes]],
                           on_event: Callable[[str, bytes], list[bytes]], *, protobuf: bool,
                           hold: float = _TABLE_HOLD_SECONDS) -> bool:
