@@ -27,6 +27,7 @@ from config.changes import RuntimeChange
 from config.models import PartitionRole, ProxyConfig
 from proxy.authn import Authenticator
 from proxy.authz import Authorizer
+from proxy.cache.formats import PROTOBUF_FORMAT
 from proxy.cache.reflector import Reflector
 from proxy.cache.watch_cache import WatchCache
 from proxy.clients.partition import PartitionClient, open_partition
@@ -44,6 +45,7 @@ from proxy.partition_set import PartitionSet
 from proxy.pipeline.chain import Pipeline
 from proxy.rv_epochs import ResourceVersions, TableUnavailable
 from proxy.watch_limits import WatchLimiter
+from routing import protobuf_items
 from routing.decide import RoutingState, owner_filter
 from routing.placement import Placement
 from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -103,16 +105,15 @@ def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None,
             raise ConfigError(f"caches.{i}.field_selector: {exc}") from None
         is_nodes = (spec.group, spec.resource) == ("", "nodes")
         by_name = (spec.group, spec.resource) == ("", "namespaces")
-        caches.append(
-            WatchCache(
-                spec=spec,
-                codec=rv.codec(config.names(spec.role)),
-                label_selector=label_selector,
-                field_selector=field_selector,
-                on_node=on_node if is_nodes else None,
-                keep=owner_filter(by_name, routing) if spec.role is PartitionRole.TENANT else None,
-            )
-        )
+        keep = owner_filter(by_name, routing) if spec.role is PartitionRole.TENANT else None
+        codec = rv.codec(config.names(spec.role))
+        cache = WatchCache(spec=spec, codec=codec, label_selector=label_selector, field_selector=field_selector,
+                           on_node=on_node if is_nodes else None, keep=keep)
+        if protobuf_items.readable(spec.group, spec.resource):
+            twin_spec = spec.model_copy(update={"name": f"{spec.name}-protobuf"})
+            cache.protobuf = WatchCache(spec=twin_spec, codec=codec, label_selector=label_selector,
+                                        field_selector=field_selector, keep=keep, format=PROTOBUF_FORMAT)
+        caches.append(cache)
     return caches, node_index
 
 
@@ -188,10 +189,9 @@ class ProxyApp:
         app._spawn("gc-sweep-frozen", sweep_frozen())
         if ctx.metrics.multiprocess:
             app._spawn("metrics-refresh", _refresh_metrics(ctx))
+        ctx.fill_protobuf_cache = app._fill_protobuf_cache
         for cache in caches:
-            for partition in cache.space:
-                if partition in clients:
-                    app._start_reflector(cache, partition)
+            app._fill(cache)
         log.info("serving %d partitions, %d namespaced resources, %d caches", len(clients), len(namespaced), len(caches))
         return app
 
@@ -229,6 +229,21 @@ class ProxyApp:
         log.info("discovery: %d namespaced resources", len(union))
         return True
 
+    def _fill(self, cache: WatchCache) -> None:
+        """Start a reflector per live partition of the cache."""
+        cache.filling = True
+        for partition in cache.space:
+            if partition in self.ctx.clients and partition not in cache.codec.retired:
+                self._start_reflector(cache, partition)
+
+    def _fill_protobuf_cache(self, cache: WatchCache) -> None:
+        """The first client that asks protobuf first of `cache`: fill its protobuf twin from now
+        on (twice the cache's memory and upstream watches, paid only where such clients are)."""
+        twin = cache.protobuf
+        if twin is not None and not twin.filling:
+            log.info("watch cache %s: a client asks protobuf, filling %s", cache.spec.name, twin.spec.name)
+            self._fill(twin)
+
     def _start_reflector(self, cache: WatchCache, partition: str) -> None:
         reflector = Reflector(cache=cache, client=self.ctx.clients[partition])
         self._spawn(f"reflector:{cache.spec.name}:{partition}", _after(self.ctx.rv.ready, reflector.run))
@@ -265,7 +280,7 @@ class ProxyApp:
                 await client.close()
             ctx.rv.configure(previous)
             raise ConfigError(f"partition set: {exc}") from None
-        for cache in ctx.caches:
+        for cache in ctx.all_caches():
             for partition in change.retired:
                 task = self.tasks.pop(f"reflector:{cache.spec.name}:{partition}", None)
                 if task is not None:
@@ -275,9 +290,10 @@ class ProxyApp:
         # From here to the listeners: no await (one loop turn).
         ctx.config = config
         ctx.routing = RoutingState(Placement.from_config(config), ctx.routing.namespaced, ctx.routing.node_index)
-        for cache in ctx.caches:
+        for cache in [*ctx.caches, *(c.protobuf for c in ctx.caches if c.protobuf is not None)]:
             for partition in cache.rebase(ctx.rv.codec(config.names(cache.spec.role))):
-                self._start_reflector(cache, partition)
+                if cache.filling:
+                    self._start_reflector(cache, partition)
         ctx.cache_specs = [c.policy_spec() for c in ctx.caches]
         ctx.partition_set_changed()
         if any(name in ctx.routing.placement.tenant_partitions for name in change.joined):
@@ -341,7 +357,7 @@ async def _refresh_metrics(ctx: ProxyContext) -> None:
     """A worker among several: copy its process-read gauges into the shared samples every
     METRICS_REFRESH_SECONDS, so a scrape answered by another worker sees them."""
     while True:
-        ctx.metrics.refresh(ctx.caches)
+        ctx.metrics.refresh(ctx.all_caches())
         await asyncio.sleep(METRICS_REFRESH_SECONDS)
 
 

@@ -50,6 +50,8 @@ class ProxyContext:
     definitions_changed: asyncio.Event = field(default_factory=asyncio.Event)
     # the proxy's client for kubelets (config `kubelet`), None when not configured
     kubelet: KubeletClient | None = None
+    # start filling a cache's protobuf twin (idempotent), set by proxy.app
+    fill_protobuf_cache: Callable[[WatchCache], None] | None = None
     # what /debug/partitions shows (proxy.partition_set.PartitionSet.debug), set by proxy.app
     debug_partitions: Callable[[], dict[str, Any]] | None = None
 
@@ -87,6 +89,10 @@ class ProxyContext:
         self.shutting_down = True
         for closer in tuple(self.streams):
             closer()
+
+    def all_caches(self) -> list[WatchCache]:
+        """The configured caches and the protobuf twins being filled (metrics, /debug/caches)."""
+        return [*self.caches, *(c.protobuf for c in self.caches if c.protobuf is not None and c.protobuf.filling)]
 
     @property
     def caches_synced(self) -> bool:

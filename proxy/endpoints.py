@@ -61,11 +61,11 @@ class Endpoints:
         return Answer(200 if ready else 500, ("\n".join(lines) + "\n").encode(), content_type=_TEXT)
 
     async def metrics(self, request: Request) -> Answer:
-        return Answer(200, self.ctx.metrics.exposition(self.ctx.caches), CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
+        return Answer(200, self.ctx.metrics.exposition(self.ctx.all_caches()), CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
 
     async def debug_caches(self, request: Request) -> Answer:
         """Per cache: objects, bytes, watchers, ring span, last RV and relists per partition."""
-        return Answer(200, orjson.dumps({"caches": [c.debug() for c in self.ctx.caches]}))
+        return Answer(200, orjson.dumps({"caches": [c.debug() for c in self.ctx.all_caches()]}))
 
     async def debug_resource_versions(self, request: Request) -> Answer:
         """The epoch table this replica serves with and the partitions' positions it last saw."""

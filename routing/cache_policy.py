@@ -80,6 +80,15 @@ def accepts_plain_json(accept: str) -> bool:
     return False
 
 
+def prefers_protobuf(accept: str) -> bool:
+    """True when the first media range of the Accept header is plain protobuf objects
+    (`application/vnd.kubernetes.protobuf`, no `as=` conversion), as client-go sends for
+    kubelets and control-plane components: kube-apiserver answers them protobuf (the first
+    media type it can serve, apiserver pkg/endpoints/handlers/negotiation)."""
+    first = accept.split(",", 1)[0].strip()
+    return "as=" not in first and first.split(";", 1)[0].strip() == "application/vnd.kubernetes.protobuf"
+
+
 def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSpec) -> CachePlan | None:
     """The way to serve `info` from the cache `spec`, or None to go upstream."""
     if not info.is_resource_request or info.malformed or info.subresource:

@@ -1094,3 +1094,10 @@ def normalise_field_selector(group: str, resource: str, selector: FieldSelector)
         converted.append(FieldRequirement(field, requirement.operator, requirement.value))
     return FieldSelector(tuple(converted))
 
+
+
+def reads_only_metadata(group: str, resource: str) -> bool:
+    """Whether the field set of a known (group, resource) is metadata.name and
+    metadata.namespace only (no conversion func reads the object beyond its metadata)."""
+    spec = _RESOURCES.get((group, resource))
+    return spec is not None and spec.extract is _no_fields

@@ -106,7 +106,10 @@ def translate_request_body(body: bytes, content_type: str, *, delete_options: bo
 ToProxy = Callable[[int], bytes | None]
 
 
-def _pb_answer_fn(to_proxy: ToProxy) -> Callable[[pb.RVField, str], str | None]:
+def protobuf_rv_fn(to_proxy: ToProxy) -> Callable[[pb.RVField, str], str | None]:
+    """An RV function for `routing.protobuf` rewriting that turns every native RV into
+    `to_proxy(native)` (a proxy RV already there, or "0", is kept)."""
+
     def fn(_: pb.RVField, value: str) -> str | None:
         if not value.isdigit() or len(value) > 19:
             return None  # already a proxy RV (a reference a client wrote), or not an RV
@@ -126,7 +129,7 @@ def answer_translator(content_type: str, to_proxy: ToProxy) -> Callable[[bytes],
     if encoding is Encoding.YAML:
         return lambda body: rvjson.translate_yaml_natives(body, to_proxy)
     if encoding is Encoding.PROTOBUF:
-        fn = _pb_answer_fn(to_proxy)
+        fn = protobuf_rv_fn(to_proxy)
         return lambda body: pb.rewrite_rvs(body, fn) if body.startswith(pb.MAGIC) else body
     return None
 
@@ -141,7 +144,7 @@ class StreamTranslator:
         self._to_proxy = to_proxy
         self._pending = b""
         self._frames = pb.FrameReader() if self._protobuf else None
-        self._pb_fn = _pb_answer_fn(to_proxy)
+        self._pb_fn = protobuf_rv_fn(to_proxy)
 
     def feed(self, chunk: bytes) -> bytes:
         if self._frames is not None:

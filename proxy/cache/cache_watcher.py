@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from proxy.cache.watch_cache import CachedEvent, event_line
+from proxy.cache.formats import JSON, ObjectFormat
+from proxy.cache.watch_cache import CachedEvent
 from routing import rv as rvcodec
 from routing.selectors import FieldSelector, LabelSelector
-from routing.status import expired, watch_error_event
 
 # lines; how far one watcher may fall behind before it is dropped. 1,000 events is about one
 # event per node of a 1,000-node partition: a client that far behind should relist.
@@ -30,7 +30,7 @@ DEFAULT_QUEUE_SIZE = 1000
 
 class CacheWatcher:
     __slots__ = ("label_selector", "field_selector", "name", "namespace", "slot", "bookmarks", "_lines", "_limit", "_waiter",
-                 "_sink", "last_stamp", "terminated")
+                 "_sink", "last_stamp", "terminated", "_format")
 
     def __init__(
         self,
@@ -42,6 +42,7 @@ class CacheWatcher:
         slot: int | None = None,
         bookmarks: bool = False,
         queue_size: int = DEFAULT_QUEUE_SIZE,
+        format: ObjectFormat = JSON,
     ) -> None:
         self.label_selector = label_selector
         self.field_selector = field_selector
@@ -55,6 +56,7 @@ class CacheWatcher:
         self._sink: Callable[[bytes], None] | None = None
         self.last_stamp = ""
         self.terminated = False
+        self._format = format  # the cache's: events it writes itself (ADDED/DELETED, 410) match
 
     def _matches(self, labels: dict[str, str] | None, fields: dict[str, str] | None) -> bool:
         if labels is None or fields is None:
@@ -77,9 +79,9 @@ class CacheWatcher:
         elif cur and (prev or event.type == "ADDED"):
             line = event.line
         elif cur:
-            line = event_line("ADDED", obj.raw, event.stamp)
+            line = self._format.event("ADDED", obj.raw, event.stamp)
         elif prev:
-            line = event_line("DELETED", obj.raw if event.prev_raw is None else event.prev_raw, event.stamp)
+            line = self._format.event("DELETED", obj.raw if event.prev_raw is None else event.prev_raw, event.stamp)
         else:
             return
         self._put(line, event.stamp)
@@ -142,7 +144,7 @@ class CacheWatcher:
             return
         self.terminated = True
         self._lines.clear()
-        self._push(watch_error_event(expired(message)))
+        self._push(self._format.expired(message))
 
     def finish(self) -> None:
         """End the watch cleanly (shutdown): drop what is queued, queue the end marker b""."""

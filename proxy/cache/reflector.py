@@ -9,7 +9,9 @@ and drops one silent past the inactivity timeout. A 410 (`Expired`/`Gone`, as an
 an ERROR event) relists, and the watch cache turns the difference into synthetic events.
 Failures back off with jitter.
 
-The reflector talks to its partition with the proxy's own credential, not a client's.
+The reflector talks to its partition with the proxy's own credential, not a client's, in the
+cache's format: JSON, or protobuf for a cache's protobuf twin (objects are handed to the cache
+as their message bytes).
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ import ctypes
 import gc
 import logging
 import random
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlencode
 
 import orjson
 
+from proxy.cache.formats import ProtobufFormat
 from proxy.cache.watch_cache import WatchCache
-from proxy.clients.errors import APIExpired, PartitionMarkedDown, UpstreamError
+from proxy.clients.errors import APIExpired, PartitionMarkedDown, UpstreamError, api_error
 from proxy.clients.partition import PartitionClient
 from proxy.clients.watch import Backoff, WatchStream
+from routing import protobuf as pb
+from routing.translate import PROTOBUF
 
 log = logging.getLogger("partition_proxy.reflector")
 
@@ -77,6 +84,7 @@ def _selectors(cache: WatchCache) -> dict[str, str]:
 class Reflector:
     def __init__(self, *, cache: WatchCache, client: PartitionClient) -> None:
         self.cache = cache
+        self._protobuf = isinstance(cache.format, ProtobufFormat)
         self.client = client
         self.partition = client.name
         self.slot = cache.space.index(client.name)
@@ -84,7 +92,7 @@ class Reflector:
     async def list(self) -> None:
         """LIST page by page (limit=500, as client-go's pager) into the cache, so a partition's
         objects are never all decoded at once. Raises UpstreamError (APIExpired when a later
-        page's snapshot was compacted away: the caller starts again)."""
+        page's snapshot was compacted away: the caller starts again), ProtobufError."""
         started = False
         token = ""
         list_rv = 0
@@ -92,19 +100,31 @@ class Reflector:
             query = {**_selectors(self.cache), "limit": str(LIST_PAGE)}
             if token:
                 query["continue"] = token
-            doc = await self.client.get_json(_path(self.cache), urlencode(query))
-            meta = doc.get("metadata") or {}
+            kind, api_version, rv, token, items = await self._page(urlencode(query))
             if not started:
-                self.cache.begin_list(self.partition, kind=doc.get("kind", ""), api_version=doc.get("apiVersion", ""))
-                list_rv = int(meta["resourceVersion"])
+                self.cache.begin_list(self.partition, kind=kind, api_version=api_version)
+                list_rv = int(rv)
                 started = True
-            self.cache.list_page(self.partition, doc.get("items") or ())
-            del doc
-            token = meta.get("continue", "")
+            self.cache.list_page(self.partition, items)
+            del items
             if not token:
                 break
         self.cache.end_list(self.partition, list_rv)
         release_freed_memory()
+
+    async def _page(self, query: str) -> tuple[str, str, str, str, Sequence[Any]]:
+        """(list kind, apiVersion, list RV, continue token, items) of one LIST page; items as
+        the cache's format takes them."""
+        if not self._protobuf:
+            doc = await self.client.get_json(_path(self.cache), query)
+            meta = doc.get("metadata") or {}
+            return doc.get("kind", ""), doc.get("apiVersion", ""), meta["resourceVersion"], meta.get("continue", ""), doc.get("items") or []
+        async with self.client.request("GET", _path(self.cache), query=query, headers={"Accept": PROTOBUF}) as answer:
+            body = await answer.read()
+            if answer.status >= 300:
+                raise api_error(self.partition, answer.status, body)
+        env, list_meta, items = pb.list_items(body)
+        return env.kind, env.api_version, pb.list_meta_rv(list_meta), pb.list_meta_continue(list_meta), items
 
     def _watch_query(self) -> str:
         return urlencode({
@@ -118,26 +138,47 @@ class Reflector:
     async def watch(self) -> None:
         """WATCH from the cache's position until a relist is needed (raises RelistNeeded). The
         stream reopens by itself after an end or a break."""
+        accept = f"{PROTOBUF};stream=watch" if self._protobuf else "application/json"
         stream = WatchStream(self.client, _path(self.cache), query=self._watch_query,
-                             headers={"Accept": "application/json"}, backoff=BACKOFF)
+                             headers={"Accept": accept}, backoff=BACKOFF)
+        on_event = self._protobuf_event if self._protobuf else self._json_event
         try:
-            async for line in stream.events():
-                event = orjson.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise RelistNeeded()
-                    raise UpstreamError(self.partition, f"watch error: {obj.get('message')}")
-                if kind == "BOOKMARK":
-                    rv = (obj.get("metadata") or {}).get("resourceVersion", "")
-                    if rv.isdigit():
-                        self.cache.bookmark(self.partition, int(rv))
-                    continue
-                self.cache.apply(self.partition, kind, obj)
+            async for event in stream.events():
+                on_event(event)
         except APIExpired:
             raise RelistNeeded() from None
         finally:
             await stream.close()
+
+    def _json_event(self, line: bytes) -> None:
+        event = orjson.loads(line)
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise RelistNeeded()
+            raise UpstreamError(self.partition, f"watch error: {obj.get('message')}")
+        if kind == "BOOKMARK":
+            rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+            if rv.isdigit():
+                self.cache.bookmark(self.partition, int(rv))
+            return
+        self.cache.apply(self.partition, kind, obj)
+
+    def _protobuf_event(self, frame: bytes) -> None:
+        """One protobuf watch frame (routing.protobuf). Raises ProtobufError for a frame that is
+        not one (a partition that answered JSON to a protobuf watch included)."""
+        event = pb.decode_watch_event(frame)
+        if event.type == "ERROR":
+            status = pb.status_fields(event.object)
+            if status.code == 410:
+                raise RelistNeeded()
+            raise UpstreamError(self.partition, f"watch error: {status.message}")
+        if event.type == "BOOKMARK":
+            rv = pb.object_rv(event.object)
+            if rv.isdigit():
+                self.cache.bookmark(self.partition, int(rv))
+            return
+        self.cache.apply(self.partition, event.type, pb.decode_envelope(event.object).raw)
 
     async def run(self) -> None:
         """Keep the cache in sync until cancelled."""

@@ -1,6 +1,7 @@
 """Answering lists, watches and gets from a watch cache (route kind `serve-from-cache`).
 
-LIST joins the stored bytes of the matching objects under the cache's RV. WATCH registers a
+LIST joins the stored bytes of the matching objects under the cache's RV, in the cache's format
+(JSON, or protobuf for a cache's protobuf twin: proxy.cache.formats). WATCH registers a
 cache watcher and, in one atomic step, takes the initial state (from "" / "0" or for
 sendInitialEvents=true) or the ring's events after the client's RV; then it writes queued lines
 as they come, everything queued in one write. One event is encoded once by the cache and the
@@ -16,12 +17,15 @@ from collections.abc import Callable
 from multidict import CIMultiDict
 
 from proxy.cache.cache_watcher import CacheWatcher
-from proxy.cache.watch_cache import WatchCache, event_line
+from proxy.cache.watch_cache import WatchCache
 from proxy.messages import Answer, Exchange, ResponseWriter
 from routing.cache_policy import CacheMode, CachePlan
 from routing.query import watch_lifetime
 
-_JSON = CIMultiDict({"Content-Type": "application/json"})
+
+
+def _content_type(media_type: str) -> CIMultiDict[str]:
+    return CIMultiDict({"Content-Type": media_type})
 
 # objects per written piece of a list from cache: ~2.5 MiB of hollow nodes, large enough that
 # writes are few, small enough that concurrent lists do not each hold the whole body.
@@ -42,15 +46,15 @@ def can_serve(cache: WatchCache, plan: CachePlan) -> bool:
 def serve_get(cache: WatchCache, plan: CachePlan, slot: int | None) -> Answer | None:
     """The object by name, or None when the cache does not hold it (the partition answers)."""
     raw = cache.get(plan.namespace, plan.name, slot)
-    return Answer(200, raw) if raw is not None else None
+    return Answer(200, raw, content_type=cache.format.content_type) if raw is not None else None
 
 
 async def serve_list(writer: ResponseWriter, cache: WatchCache, plan: CachePlan, slot: int | None) -> None:
     """The matching objects, written in pieces as they are joined (chunked encoding)."""
     objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace, slot=slot, name=plan.name)
     if len(objects) <= LIST_BATCH:
-        return await writer.respond(Answer(200, cache.list_bytes(objects)))
-    await writer.start(200, _JSON)
+        return await writer.respond(Answer(200, cache.list_bytes(objects), content_type=cache.format.content_type))
+    await writer.start(200, _content_type(cache.format.content_type))
     for piece in cache.list_chunks(objects, batch=LIST_BATCH):
         await writer.write(piece)
     await writer.end()
@@ -77,11 +81,12 @@ async def serve_watch(
         namespace=plan.namespace,
         slot=slot,
         bookmarks=plan.bookmarks,
+        format=cache.format,
     )
     # One atomic step: the snapshot (or replay) and the registration, so no event falls between.
     if plan.vector is None or plan.send_initial_events:
         objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace, slot=slot, name=plan.name)
-        initial = [event_line("ADDED", o.raw) for o in objects]
+        initial = [cache.format.event("ADDED", o.raw) for o in objects]
         if plan.send_initial_events:
             initial.append(cache.bookmark_line(cache.rv, initial_events_end=True))
             watcher.last_stamp = cache.rv
@@ -96,7 +101,7 @@ async def serve_watch(
     if shutting_down:
         watcher.finish()
 
-    await writer.start(200, _JSON)
+    await writer.start(200, _content_type(cache.format.watch_content_type))
     if initial:
         await writer.write(b"".join(initial))
     deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)

@@ -1,9 +1,10 @@
 """The watch cache: one per configured cache, merging every partition of its role.
 
-Owns, per cached object, its compact JSON bytes (transformed once: managedFields and the
+Owns, per cached object, its bytes in the cache's format (`proxy.cache.formats`: compact JSON,
+or enveloped protobuf in a cache's protobuf twin), transformed once: managedFields and the
 last-applied annotation stripped by default, kind/apiVersion set, every native resourceVersion
-in it turned into the object-form proxy RV of its partition, which never expires) plus a small index (key, labels, selectable fields,
-owner's native RV); a bounded ring of recent events for resuming watches; the RV vector it has
+in it turned into the object-form proxy RV of its partition, which never expires; plus a small
+index (key, labels, selectable fields, owner's native RV); a bounded ring of recent events for resuming watches; the RV vector it has
 reached; and the cache watchers it fans events out to. It does no I/O: reflectors feed it,
 request handlers read it. Model: `k8s.io/apiserver/pkg/storage/cacher` (watchCache, cacheWatcher).
 
@@ -30,7 +31,6 @@ field for their partition, in ring order (so stamps strictly increase).
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -38,37 +38,24 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-import orjson
-
 from config.models import CacheConfig
+from proxy.cache.formats import JSON, CachedObject, ObjectFormat
 from routing import rv as rvcodec
 from routing.cache_policy import CacheSpec
-from routing.merge import object_translator
-from routing.rvjson import find_own_rv, translate_natives
-from routing.selectors import FieldSelector, LabelSelector, selectable_fields
+from routing.selectors import FieldSelector, LabelSelector
 
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+__all__ = ["CachedEvent", "CachedObject", "Key", "WatchCache", "Watcher"]
 
 Key = tuple[int, str, str]  # (slot, namespace, name)
 
 
 @dataclass(slots=True)
-class CachedObject:
-    slot: int
-    namespace: str
-    name: str
-    native_rv: int
-    labels: dict[str, str]
-    fields: dict[str, str]
-    raw: bytes  # compact JSON of the object, resourceVersions in object form (routing.rv)
-
-
-@dataclass(slots=True)
 class CachedEvent:
-    """One event, encoded once. `line` is the newline-terminated WatchEvent JSON for `type`;
-    `prev_*` are the selectable attributes of the object before the event (None for ADDED).
-    `prev_raw` is the object's bytes before the event when its labels or fields changed (only
-    then can it leave a watcher's selection, which is told with the previous state), else None."""
+    """One event, encoded once. `line` is the event as the cache's format writes it (a JSON
+    WatchEvent line, or a protobuf watch frame) for `type`; `prev_*` are the selectable attributes
+    of the object before the event (None for ADDED). `prev_raw` is the object's bytes before the
+    event when its labels or fields changed (only then can it leave a watcher's selection, which
+    is told with the previous state), else None."""
 
     type: str
     obj: CachedObject
@@ -79,26 +66,6 @@ class CachedEvent:
     prev_labels: dict[str, str] | None
     prev_fields: dict[str, str] | None
     prev_raw: bytes | None = None
-
-
-def exact_bytes(data: bytes) -> bytes:
-    """A copy of `data` in an object of exactly its size. orjson returns its output buffer
-    over-allocated (tracemalloc: ~8 KiB held for a 2.3 KiB node), which a cache that keeps the
-    bytes for hours would pay for every object; copying once costs microseconds."""
-    return bytes(memoryview(data))
-
-
-def event_line(kind: str, raw: bytes, stamp: str = "") -> bytes:
-    """A WatchEvent line around already-encoded object bytes (a copy, no re-encoding), with the
-    object's own resourceVersion set to `stamp` when given."""
-    if stamp:
-        own = find_own_rv(raw, _OWN_RV, None)
-        if own is not None:
-            raw = raw[: own[0]] + stamp.encode() + raw[own[1] :]
-    return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
-
-
-_OWN_RV = ("metadata", "resourceVersion")
 
 
 class Watcher(Protocol):
@@ -119,7 +86,7 @@ class _Listing:
 
     first_sync: bool
     seen: set[Key] = field(default_factory=set)
-    changed: list[tuple[int, Key, dict[str, Any]]] = field(default_factory=list)
+    changed: list[tuple[int, Key, Any]] = field(default_factory=list)
 
 
 class WatchCache:
@@ -136,8 +103,14 @@ class WatchCache:
         field_selector: FieldSelector,
         on_node: Callable[[str, str | None], None] | None = None,
         keep: Callable[[str, dict[str, Any]], bool] | None = None,
+        format: ObjectFormat = JSON,
     ) -> None:
         self.spec = spec
+        self.format = format  # how objects are kept and written (proxy.cache.formats)
+        # The same cache in protobuf, for clients that ask protobuf first: made by the app when
+        # the resource allows it (formats.ProtobufFormat), filled once such a client comes.
+        self.protobuf: WatchCache | None = None
+        self.filling = False  # its reflectors were started (a twin waits for its first client)
         self.codec = codec
         self.label_selector = label_selector
         self.field_selector = field_selector
@@ -253,48 +226,16 @@ class WatchCache:
 
     # -- ingest (reflectors) ---------------------------------------------------------------
 
-    def _transform(self, obj: dict[str, Any]) -> dict[str, Any]:
-        meta = obj.get("metadata")
-        if not isinstance(meta, dict):
-            meta = obj["metadata"] = {}
-        if self.spec.strip_managed_fields:
-            meta.pop("managedFields", None)
-        if self.spec.strip_last_applied:
-            annotations = meta.get("annotations")
-            if isinstance(annotations, dict) and LAST_APPLIED in annotations:
-                del annotations[LAST_APPLIED]
-                if not annotations:
-                    del meta["annotations"]
-        if "kind" not in obj and self.item_kind():
-            obj["kind"] = self.item_kind()
-        if "apiVersion" not in obj and self._api_version:
-            obj["apiVersion"] = self._api_version
-        return obj
-
-    def _record(self, slot: int, obj: dict[str, Any], native: int) -> CachedObject:
-        obj = self._transform(obj)
-        meta = obj["metadata"]
-        labels = meta.get("labels") or {}
-        # Label keys and values repeat across objects (os, arch, zone, instance type): interned,
-        # each string is held once however many objects carry it.
-        labels = {sys.intern(k): sys.intern(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-        fields = {sys.intern(k): sys.intern(v) for k, v in selectable_fields(self.spec.group, self.spec.resource, obj).items()}
-        if meta.get("namespace"):
+    def _record(self, slot: int, obj: Any, native: int) -> CachedObject:
+        record = self.format.record(self.spec, self.codec, slot, obj, native, api_version=self._api_version, item_kind=self.item_kind())
+        if record.namespace:
             self._namespaced = True
-        return CachedObject(
-            slot=slot,
-            namespace=sys.intern(meta.get("namespace", "")),
-            name=meta.get("name", ""),
-            native_rv=native,
-            labels=labels,
-            fields=fields,
-            raw=exact_bytes(translate_natives(orjson.dumps(obj), object_translator(self.codec, slot))),
-        )
+        return record
 
     def _matches_cache(self, obj: CachedObject) -> bool:
         return self.label_selector.matches(obj.labels) and self.field_selector.matches(obj.fields)
 
-    def _emit(self, kind: str, slot: int, native: int, obj: dict[str, Any] | None, old: CachedObject | None) -> None:
+    def _emit(self, kind: str, slot: int, native: int, obj: Any, old: CachedObject | None) -> None:
         """Apply one change of partition `slot` at native RV `native` and fan it out. `obj` is
         the object after the change (for DELETED: its last state), None for a synthetic
         DELETED of `old` after a relist."""
@@ -344,7 +285,7 @@ class WatchCache:
             slot=slot,
             native_rv=native,
             stamp=stamp,
-            line=event_line(kind, record.raw, stamp),
+            line=self.format.event(kind, record.raw, stamp),
             prev_labels=old.labels if old is not None else None,
             prev_fields=old.fields if old is not None else None,
             prev_raw=old.raw if old is not None and (old.labels != record.labels or old.fields != record.fields) else None,
@@ -373,15 +314,15 @@ class WatchCache:
         for watcher in tuple(self._watchers_any):
             watcher.offer(event)
 
-    def apply(self, partition: str, kind: str, obj: dict[str, Any]) -> None:
-        """Apply one upstream watch event (ADDED, MODIFIED or DELETED) of `partition`."""
+    def apply(self, partition: str, kind: str, obj: Any) -> None:
+        """Apply one upstream watch event (ADDED, MODIFIED or DELETED) of `partition`; `obj` as
+        the cache's format takes it (a decoded JSON object, or a protobuf object's message)."""
         slot = self.space.index(partition)
-        meta = obj.get("metadata") or {}
-        native = int(meta.get("resourceVersion") or 0)
-        if self._keep is not None and not self._keep(partition, obj):
+        namespace, name, native = self.format.meta(obj)
+        if self._keep is not None and not self._keep(partition, self.format.owner_view(obj)):
             self._vector[slot] = max(self._vector[slot], native)
             return
-        key = (slot, meta.get("namespace", ""), meta.get("name", ""))
+        key = (slot, namespace, name)
         old = self._objects.get(key)
         self._emit(kind, slot, native, obj, old)
 
@@ -403,13 +344,9 @@ class WatchCache:
                 watcher.offer_bookmark(line, stamp)
 
     def bookmark_line(self, stamp: str, *, initial_events_end: bool = False) -> bytes:
-        meta: dict[str, Any] = {"resourceVersion": stamp}
-        if initial_events_end:
-            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        obj = {"kind": self.item_kind(), "apiVersion": self._api_version, "metadata": meta}
-        return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+        return self.format.bookmark(self._api_version, self.item_kind(), stamp, initial_events_end=initial_events_end)
 
-    def replace(self, partition: str, items: Iterable[dict[str, Any]], list_rv: int, *, kind: str, api_version: str) -> None:
+    def replace(self, partition: str, items: Iterable[Any], list_rv: int, *, kind: str, api_version: str) -> None:
         """A whole LIST of `partition` at native RV `list_rv`: `begin_list`, one page, `end_list`."""
         self.begin_list(partition, kind=kind, api_version=api_version)
         self.list_page(partition, items)
@@ -422,18 +359,17 @@ class WatchCache:
         # a partition that joins at runtime is listed like a relist: its objects become events
         self._listing[partition] = _Listing(first_sync=partition not in self._synced and partition not in self._joining)
 
-    def list_page(self, partition: str, items: Iterable[dict[str, Any]]) -> None:
+    def list_page(self, partition: str, items: Iterable[Any]) -> None:
         """One page of the LIST. On the initial sync objects are stored at once (there are no
         watchers of this partition's past to tell); on a relist only changed objects are kept
         until `end_list` turns them into events."""
         listing = self._listing[partition]
         slot = self.space.index(partition)
         for obj in items:
-            if self._keep is not None and not self._keep(partition, obj):
+            if self._keep is not None and not self._keep(partition, self.format.owner_view(obj)):
                 continue
-            meta = obj.get("metadata") or {}
-            key = (slot, meta.get("namespace", ""), meta.get("name", ""))
-            native = int(meta.get("resourceVersion") or 0)
+            namespace, name, native = self.format.meta(obj)
+            key = (slot, namespace, name)
             listing.seen.add(key)
             old = self._objects.get(key)
             if old is not None and old.native_rv == native:
@@ -557,12 +493,7 @@ class WatchCache:
         return self._list_pieces(objects, self.rv, batch=batch)
 
     def _list_pieces(self, objects: list[CachedObject], list_rv: str, *, batch: int) -> Iterator[bytes]:
-        head = orjson.dumps({"kind": self._kind, "apiVersion": self._api_version, "metadata": {"resourceVersion": list_rv}})
-        yield head[:-1] + b',"items":['
-        for start in range(0, len(objects), batch):
-            piece = b",".join(o.raw for o in objects[start : start + batch])
-            yield piece if start == 0 else b"," + piece
-        yield b"]}"
+        return self.format.list_pieces(self._api_version, self._kind, list_rv, objects, batch=batch)
 
     def resumable(self, vector: tuple[int, ...]) -> bool:
         """Whether the ring holds every event after `vector` (see the module docstring). For a
@@ -599,6 +530,7 @@ class WatchCache:
         newest = self._ring[-1].stamp if self._ring else ""
         return {
             "name": self.spec.name,
+            "format": self.format.name,
             "resource": f"{self.spec.group or 'core'}/{self.spec.version}/{self.spec.resource}",
             "labelSelector": self.spec.label_selector,
             "fieldSelector": self.spec.field_selector,

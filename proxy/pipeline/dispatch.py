@@ -22,7 +22,8 @@ from proxy.replicate import replicate
 from proxy.union_list import union_list
 from proxy.union_watch import union_watch
 from routing.access import resource_attributes
-from routing.cache_policy import CacheMode, choose
+from proxy.cache.watch_cache import WatchCache
+from routing.cache_policy import CacheMode, CachePlan, choose, prefers_protobuf
 from routing.decide import RouteKind
 
 _CACHE_VERBS = frozenset({"list", "watch", "get"})
@@ -62,9 +63,10 @@ class Dispatch:
         ctx, route, request = self.ctx, ex.route, ex.request
         assert route is not None and ex.identity is not None
         pinned = bool(ex.info.partition) and route.kind is RouteKind.FORWARD
-        for index, found in choose(ctx.cache_specs, ex.info, request.query, request.headers.get("Accept", ""),
+        accept = request.headers.get("Accept", "")
+        for index, found in choose(ctx.cache_specs, ex.info, request.query, accept,
                                    rv_space=route.rv_space, partitions=route.partitions):
-            cache = ctx.caches[index]
+            cache = self._in_format(ctx.caches[index], found, accept)
             if not can_serve(cache, found):
                 continue
             ex.route_kind, ex.target = "serve-from-cache", cache.spec.name
@@ -85,6 +87,17 @@ class Dispatch:
                 await ex.respond(answer)
             return True
         return False
+
+    def _in_format(self, cache: WatchCache, found: CachePlan, accept: str) -> WatchCache:
+        """The cache's protobuf twin for a client that asks protobuf first, once the twin can
+        answer (the first such client starts filling it); else the cache itself, whose JSON
+        such a client also accepts."""
+        twin = cache.protobuf
+        if twin is None or not prefers_protobuf(accept):
+            return cache
+        if self.ctx.fill_protobuf_cache is not None:
+            self.ctx.fill_protobuf_cache(cache)
+        return twin if can_serve(twin, found) else cache
 
     def _cache_share(self, ex: Exchange, partition: str) -> bytes | None:
         """For a union list whose `partition` is down: that partition's share from a watch cache

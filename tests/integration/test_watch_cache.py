@@ -11,6 +11,8 @@ from typing import Any
 
 import aiohttp
 
+from routing import protobuf as pb
+from routing import protobuf_items as pbi
 from tests.federation import Kube, node, pod
 
 SECONDS = 20.0
@@ -154,3 +156,63 @@ async def test_a_thousand_watchers_by_name_cost_one_upstream_watch_per_resource_
         assert event["type"] == "MODIFIED"
         assert event["object"]["metadata"]["name"] == names[i % len(names)]
         assert event["object"]["metadata"]["labels"]["seen"] == unique
+
+
+PROTOBUF_FIRST = "application/vnd.kubernetes.protobuf, application/json"  # client-go's Accept for kubelets
+
+
+async def _read_protobuf(session: aiohttp.ClientSession, url: str, ctx: ssl.SSLContext, **params: str) -> tuple[str, bytes]:
+    async with session.get(url, params=params, ssl=ctx, headers={"Accept": PROTOBUF_FIRST}) as resp:
+        assert resp.status == 200, await resp.text()
+        return resp.headers["Content-Type"], await resp.read()
+
+
+def _native_rvs(item: bytes, native: str) -> bytes:
+    """The item with its own and referenced resourceVersions set back to the partition's."""
+    return pb.rewrite_item_rvs(item, lambda _field, _value: native, api_version="v1", kind="Node")
+
+
+async def test_a_protobuf_first_client_gets_from_the_cache_what_the_partition_answers_in_protobuf(kube: Kube, unique: str) -> None:
+    """kube-apiserver answers a client whose Accept starts with protobuf in protobuf; so does the
+    node cache, from its protobuf twin (filled once the first such client comes): the same
+    objects byte for byte, but for managedFields (stripped) and resourceVersions (translated)."""
+    name = f"rp1-pb-{unique}"
+    kube.create(node(name, {"zone": "a"}), kubeconfig=kube.direct("rp1"))
+    ctx = kube.client_ssl()
+    url = f"{kube.proxy.server}/api/v1/nodes"
+    twin_lists = lambda: kube.metric("partition_proxy_requests_total", route="serve-from-cache", partition="nodes-protobuf", verb="list")  # noqa: E731
+    before = twin_lists()
+    async with aiohttp.ClientSession() as s:
+        deadline = time.monotonic() + SECONDS
+        while True:  # the first protobuf-first request starts filling the twin; JSON until it synced
+            content_type, body = await _read_protobuf(s, url, ctx, resourceVersion="0", fieldSelector=f"metadata.name={name}")
+            if content_type == "application/vnd.kubernetes.protobuf":
+                break
+            assert content_type == "application/json" and time.monotonic() < deadline, content_type
+            await asyncio.sleep(0.2)
+        assert twin_lists() == before + 1
+        env, meta, [item] = pb.list_items(body)
+        assert (env.api_version, env.kind) == ("v1", "NodeList")
+        list_rv = pb.list_meta_rv(meta)
+        _type, direct = await _read_protobuf(s, f"{kube.fed.partition('rp1').server}/api/v1/nodes/{name}", kube.partition_ssl("rp1"))
+        direct_item = pb.decode_envelope(direct).raw
+        native = pb.item_meta(direct_item).resource_version
+        assert pb.item_meta(item).resource_version != native  # a proxy RV
+        assert _native_rvs(item, native) == pbi.strip_item(direct_item, managed_fields=True, last_applied=True)
+
+        params = {"watch": "1", "resourceVersion": list_rv, "fieldSelector": f"metadata.name={name}"}
+        async with s.get(url, params=params, ssl=ctx, headers={"Accept": PROTOBUF_FIRST}) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"] == "application/vnd.kubernetes.protobuf;stream=watch"
+            kube.kubectl("label", "node", name, "zone=b", "--overwrite", kubeconfig=kube.direct("rp1"))
+            frames = pb.FrameReader()
+            while True:
+                chunk = await asyncio.wait_for(resp.content.readany(), SECONDS)
+                events = [pb.decode_watch_event(f) for f in frames.feed(chunk)]
+                if events:
+                    break
+        [event] = events
+        assert event.type == "MODIFIED"
+        facts = pbi.item_facts(pb.decode_envelope(event.object).raw, "", "nodes")
+        assert (facts.name, facts.labels) == (name, {"zone": "b"})
+    kube.kubectl("delete", "node", name, kubeconfig=kube.direct("rp1"))

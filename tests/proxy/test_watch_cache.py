@@ -11,7 +11,9 @@ import pytest
 
 from config.models import CacheConfig, PartitionRole
 from proxy.cache.cache_watcher import CacheWatcher
+from proxy.cache.formats import PROTOBUF_FORMAT
 from proxy.cache.watch_cache import WatchCache
+from routing import protobuf as pb
 from routing import rv as rvcodec
 from routing.selectors import parse_field_selector, parse_label_selector
 
@@ -280,3 +282,57 @@ def test_one_name_across_namespaces_is_searched_for() -> None:
     every = (parse_label_selector(""), parse_field_selector(""))
     assert [(o.namespace, o.name) for o in cache.matching(*every, name="p")] == [("a", "p"), ("b", "p")]
     assert [(o.namespace, o.name) for o in cache.matching(*every, "b", name="p")] == [("b", "p")]
+
+
+# -- the protobuf twin (proxy.cache.formats.ProtobufFormat), on kube-apiserver's own bytes --------
+
+
+def _pb_node(name: str, rv: int, labels: dict[str, str]) -> bytes:
+    """A Node message as kube-apiserver writes it: ObjectMeta (name 1, resourceVersion 6, labels
+    11), an empty NodeSpec (2)."""
+    meta = pb._ld(1, name.encode()) + pb._ld(6, str(rv).encode())
+    meta += b"".join(pb._ld(11, pb._ld(1, k.encode()) + pb._ld(2, v.encode())) for k, v in sorted(labels.items()))
+    return pb._ld(1, meta) + pb._ld(2, b"")
+
+
+def _frames(lines: list[bytes]) -> list[pb.WatchEvent]:
+    return [pb.decode_watch_event(f) for f in pb.FrameReader().feed(b"".join(lines))]
+
+
+def make_protobuf_cache() -> WatchCache:
+    spec = CacheConfig(name="nodes-protobuf", resource="nodes", role=PartitionRole.RESOURCE)
+    cache = WatchCache(spec=spec, codec=CODEC, label_selector=parse_label_selector(""),
+                       field_selector=parse_field_selector(""), format=PROTOBUF_FORMAT)
+    cache.replace("rp1", [_pb_node("a", 10, {"zone": "x"})], 12, kind="NodeList", api_version="v1")
+    cache.replace("rp2", [_pb_node("b", 20, {})], 25, kind="NodeList", api_version="v1")
+    return cache
+
+
+def test_a_protobuf_cache_lists_enveloped_nodes_with_proxy_rvs_under_the_vector_rv() -> None:
+    cache = make_protobuf_cache()
+    env, meta, items = pb.list_items(cache.list_bytes(cache.matching(parse_label_selector(""), parse_field_selector(""))))
+    assert (env.api_version, env.kind) == ("v1", "NodeList")
+    assert decode(pb.list_meta_rv(meta)) == (12, 25)
+    assert [pb.item_meta(i).name for i in items] == ["a", "b"]
+    assert [decode(pb.item_meta(i).resource_version) for i in items] == [(10, 0), (0, 20)]
+    got = pb.decode_envelope(cache.get("", "a") or b"")
+    assert (got.api_version, got.kind) == ("v1", "Node")
+    assert cache.matching(parse_label_selector("zone=x"), parse_field_selector("spec.unschedulable=false"))[0].name == "a"
+
+
+def test_a_protobuf_cache_sends_events_bookmarks_and_410_as_protobuf_frames() -> None:
+    cache = make_protobuf_cache()
+    w = CacheWatcher(label_selector=parse_label_selector("zone=x"), field_selector=parse_field_selector(""),
+                     bookmarks=True, format=PROTOBUF_FORMAT)
+    cache.add_watcher(w)
+    cache.apply("rp1", "MODIFIED", _pb_node("a", 30, {"zone": "y"}))  # leaves the selector
+    cache.apply("rp2", "MODIFIED", _pb_node("b", 31, {"zone": "x"}))  # enters it
+    cache.bookmark("rp1", 40)
+    deleted, added, bookmark = _frames(w.take())
+    assert (deleted.type, pb.object_item_meta(deleted.object).name) == ("DELETED", "a")
+    assert decode(pb.object_rv(deleted.object)) == (30, 25)  # the event's position
+    assert (added.type, pb.object_item_meta(added.object).name) == ("ADDED", "b")
+    assert bookmark.type == "BOOKMARK" and decode(pb.object_rv(bookmark.object)) == (40, 31)
+    w.terminate("too old")
+    [error] = _frames(w.take())
+    assert error.type == "ERROR" and pb.status_fields(error.object).code == 410
