@@ -5,6 +5,8 @@ them: W watches of Nodes by name (`fieldSelector=metadata.name=<n>`, each after 
 resourceVersion=0, as client-go's reflector does), 100 per HTTP/2 connection (the
 SETTINGS_MAX_CONCURRENT_STREAMS of both servers), opened by `rvcheck h2watch` (Go, client-go
 typed clientset, protobuf): the load client is not the limit and speaks what kubelets speak.
+On the proxy side one protobuf-first LIST first fills the node cache's protobuf twin (as a
+fleet's first kubelet would), so every watch is answered in protobuf as kube-apiserver answers.
 
 Per watch count W (default 10,000 and 50,000), a fresh federation with `--nodes` hollow nodes
 (half on rp1, half on rp2, all on the peer rp3); watch i watches node i mod nodes. Sides run one
@@ -81,6 +83,22 @@ async def server_h2_connections(session: aiohttp.ClientSession, proxy_server: st
         if line.startswith('partition_proxy_connections{protocol="h2"}'):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+async def fill_protobuf_twin(session: aiohttp.ClientSession, proxy_server: str, timeout: float = 60.0) -> float:
+    """Seconds until the node cache answers a protobuf-first LIST in protobuf: the first such
+    request starts filling its protobuf twin (README, Watch caches), as a fleet's first kubelet
+    would; until it synced the answers are JSON. Raises RuntimeError after `timeout`."""
+    t0 = time.monotonic()
+    headers = {"Accept": "application/vnd.kubernetes.protobuf, application/json"}
+    while True:
+        async with session.get(f"{proxy_server}/api/v1/nodes", params={"resourceVersion": "0", "limit": "1"}, headers=headers) as resp:
+            await resp.read()
+            if resp.status == 200 and resp.headers.get("Content-Type") == "application/vnd.kubernetes.protobuf":
+                return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"the node cache's protobuf twin did not sync within {timeout:.0f} s")
+        await asyncio.sleep(0.2)
 
 
 def start_rvcheck(args: list[str], report: Path, ready: Path) -> subprocess.Popen[bytes]:
@@ -164,6 +182,10 @@ async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], sid
     work.mkdir(parents=True, exist_ok=True)
     patch_seconds = len(patch_seq) * args.interval_ms / 1000
     duration = args.idle + 2 + patch_seconds + DRAIN_SECONDS
+    out: dict[str, Any] = {"pid": pid}
+    if side == "proxy" and args.content_type == "protobuf":
+        out["protobuf_twin_fill_seconds"] = round(await fill_protobuf_twin(sessions["proxy"], setup.proxy.server), 1)
+        log(f"proxy: node cache's protobuf twin synced in {out['protobuf_twin_fill_seconds']} s")
     await asyncio.sleep(args.settle)
     rss0, cpu0 = rss_bytes(pid), cpu_seconds(pid)
     stalls0 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if side == "proxy" else {}
@@ -172,7 +194,6 @@ async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], sid
                            "--duration", f"{duration:.0f}s", "--watch-timeout", f"{args.open_timeout + duration + 60:.0f}s",
                            "--content-type", args.content_type], work / "h2watch.json", work / "h2watch.ready")
     ping: subprocess.Popen[bytes] | None = None
-    out: dict[str, Any] = {"pid": pid}
     try:
         open_s = await wait_ready(watch, work / "h2watch.ready", args.open_timeout, f"{side}: rvcheck h2watch")
         cpu1 = cpu_seconds(pid)

@@ -231,7 +231,7 @@ class ProxyApp:
 
     def _fill(self, cache: WatchCache) -> None:
         """Start a reflector per live partition of the cache."""
-        cache.filling = True
+        cache.start_filling()
         for partition in cache.space:
             if partition in self.ctx.clients and partition not in cache.codec.retired:
                 self._start_reflector(cache, partition)

@@ -226,6 +226,14 @@ class WatchCache:
 
     # -- ingest (reflectors) ---------------------------------------------------------------
 
+    def start_filling(self) -> None:
+        """Its reflectors start now. An empty cache (a protobuf twin filled at its first client)
+        waits for every partition's first LIST, even one that joined before: nothing of it was
+        served yet."""
+        self.filling = True
+        if not self._synced:
+            self._joining.clear()
+
     def _record(self, slot: int, obj: Any, native: int) -> CachedObject:
         record = self.format.record(self.spec, self.codec, slot, obj, native, api_version=self._api_version, item_kind=self.item_kind())
         if record.namespace:

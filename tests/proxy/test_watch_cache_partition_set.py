@@ -85,3 +85,19 @@ def test_slots_are_append_only() -> None:
     else:
         raise AssertionError("a reordered space was accepted")
     assert orjson.loads(cache.list_bytes(list(cache.objects.values())))["items"]
+
+
+def test_an_empty_cache_filled_after_a_partition_joined_waits_for_every_partitions_first_list() -> None:
+    """A protobuf twin is filled at its first client, maybe after partitions joined: none of its
+    partitions was served yet, so none may be missing from what it serves."""
+    spec = CacheConfig(name="nodes-protobuf", resource="nodes", role=PartitionRole.RESOURCE, history=100)
+    cache = WatchCache(spec=spec, codec=rvcodec.RVCodec(OLD, TABLE), label_selector=parse_label_selector(""),
+                       field_selector=parse_field_selector(""))
+    assert cache.rebase(rvcodec.RVCodec(NEW, TABLE)) == ("rp3",)
+    cache.start_filling()
+    cache.replace("rp1", [node("a", 10)], 12, kind="NodeList", api_version="v1")
+    cache.replace("rp2", [node("b", 20)], 25, kind="NodeList", api_version="v1")
+    assert not cache.is_synced and not cache.rv
+    cache.replace("rp3", [node("c", 31)], 45, kind="NodeList", api_version="v1")
+    assert cache.is_synced and rvcodec.RVCodec(NEW, TABLE).decode(cache.rv) == (12, 25, 45)
+    assert cache.relists == (0, 0, 0)
