@@ -290,7 +290,8 @@ class ProxyApp:
         # From here to the listeners: no await (one loop turn).
         ctx.config = config
         ctx.routing = RoutingState(Placement.from_config(config), ctx.routing.namespaced, ctx.routing.node_index)
-        for cache in [*ctx.caches, *(c.protobuf for c in ctx.caches if c.protobuf is not None)]:
+        twins = [c.protobuf for c in ctx.caches if c.protobuf is not None]  # filled or not: same RV space
+        for cache in [*ctx.caches, *twins]:
             for partition in cache.rebase(ctx.rv.codec(config.names(cache.spec.role))):
                 if cache.filling:
                     self._start_reflector(cache, partition)

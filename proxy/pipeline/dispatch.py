@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from proxy import answers
 from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
+from proxy.cache.watch_cache import WatchCache
 from proxy.context import ProxyContext
 from proxy.discovery_merge import serve_discovery
 from proxy.forward import forward
@@ -22,7 +23,6 @@ from proxy.replicate import replicate
 from proxy.union_list import union_list
 from proxy.union_watch import union_watch
 from routing.access import resource_attributes
-from proxy.cache.watch_cache import WatchCache
 from routing.cache_policy import CacheMode, CachePlan, choose, prefers_protobuf
 from routing.decide import RouteKind
 
