@@ -277,7 +277,10 @@ class CacheConfig(_Model):
     `history` is the number of events kept in the ring for resuming watches (the apiserver
     cacher's default watch cache size is 100 per resource; 1000 covers a burst of one event
     per node of a 1,000-node partition). `namespace` restricts the cache to one namespace
-    (node leases live in kube-node-lease).
+    (node leases live in kube-node-lease). `protobuf` keeps a protobuf twin of the cache for
+    clients that ask protobuf first (kubelets, client-go components), filled at the first such
+    client: a second copy of every object and a second upstream watch per partition; without it
+    those clients get JSON from the cache (README, Watch caches).
     """
 
     name: str
@@ -290,6 +293,7 @@ class CacheConfig(_Model):
     field_selector: str = ""
     strip_managed_fields: bool = True
     strip_last_applied: bool = True
+    protobuf: bool = True
     history: int = Field(default=1000, ge=1, le=1_000_000)
 
     @field_validator("name")

@@ -109,7 +109,7 @@ def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None,
         codec = rv.codec(config.names(spec.role))
         cache = WatchCache(spec=spec, codec=codec, label_selector=label_selector, field_selector=field_selector,
                            on_node=on_node if is_nodes else None, keep=keep)
-        if protobuf_items.readable(spec.group, spec.resource):
+        if spec.protobuf and protobuf_items.readable(spec.group, spec.resource):
             twin_spec = spec.model_copy(update={"name": f"{spec.name}-protobuf"})
             cache.protobuf = WatchCache(spec=twin_spec, codec=codec, label_selector=label_selector,
                                         field_selector=field_selector, keep=keep, format=PROTOBUF_FORMAT)

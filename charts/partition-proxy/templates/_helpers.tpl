@@ -109,7 +109,7 @@ render in exponent form (helm holds numbers as float64).
 {{- $caches := list }}
 {{- range $p.caches }}
 {{- $c := dict "name" .name "resource" .resource "role" .role }}
-{{- $keys := dict "group" "group" "version" "version" "namespace" "namespace" "labelSelector" "label_selector" "fieldSelector" "field_selector" "stripManagedFields" "strip_managed_fields" "stripLastApplied" "strip_last_applied" }}
+{{- $keys := dict "group" "group" "version" "version" "namespace" "namespace" "labelSelector" "label_selector" "fieldSelector" "field_selector" "stripManagedFields" "strip_managed_fields" "stripLastApplied" "strip_last_applied" "protobuf" "protobuf" }}
 {{- $cache := . }}
 {{- range $camel, $snake := $keys }}
 {{- if hasKey $cache $camel }}
