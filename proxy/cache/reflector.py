@@ -118,7 +118,8 @@ class Reflector:
         if not self._protobuf:
             doc = await self.client.get_json(_path(self.cache), query)
             meta = doc.get("metadata") or {}
-            return doc.get("kind", ""), doc.get("apiVersion", ""), meta["resourceVersion"], meta.get("continue", ""), doc.get("items") or []
+            items = doc.get("items") or []
+            return doc.get("kind", ""), doc.get("apiVersion", ""), meta["resourceVersion"], meta.get("continue", ""), items
         async with self.client.request("GET", _path(self.cache), query=query, headers={"Accept": PROTOBUF}) as answer:
             body = await answer.read()
             if answer.status >= 300:

@@ -23,7 +23,6 @@ from routing.cache_policy import CacheMode, CachePlan
 from routing.query import watch_lifetime
 
 
-
 def _content_type(media_type: str) -> CIMultiDict[str]:
     return CIMultiDict({"Content-Type": media_type})
 

@@ -4,9 +4,10 @@ Owns, per cached object, its bytes in the cache's format (`proxy.cache.formats`:
 or enveloped protobuf in a cache's protobuf twin), transformed once: managedFields and the
 last-applied annotation stripped by default, kind/apiVersion set, every native resourceVersion
 in it turned into the object-form proxy RV of its partition, which never expires; plus a small
-index (key, labels, selectable fields, owner's native RV); a bounded ring of recent events for resuming watches; the RV vector it has
-reached; and the cache watchers it fans events out to. It does no I/O: reflectors feed it,
-request handlers read it. Model: `k8s.io/apiserver/pkg/storage/cacher` (watchCache, cacheWatcher).
+index (key, labels, selectable fields, owner's native RV); a bounded ring of recent events for
+resuming watches; the RV vector it has reached; and the cache watchers it fans events out to. It
+does no I/O: reflectors feed it, request handlers read it. Model:
+`k8s.io/apiserver/pkg/storage/cacher` (watchCache, cacheWatcher).
 
 Concurrency: every method that changes state is a plain `def` (no `await` inside), so each runs
 atomically on the event loop (STYLE §8). Readers get immutable bytes.
