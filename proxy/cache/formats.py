@@ -75,13 +75,10 @@ class JsonFormat:
     watch_content_type = "application/json"
 
     def meta(self, obj: dict[str, Any]) -> tuple[str, str, int]:
-        """(namespace, name, native RV) of a decoded object."""
+        """(namespace, name, native RV) of a decoded object: what the cache keys, orders and
+        filters owners by."""
         meta = obj.get("metadata") or {}
         return meta.get("namespace", ""), meta.get("name", ""), int(meta.get("resourceVersion") or 0)
-
-    def owner_view(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """What an owner filter (routing.decide.owner_filter) reads: the object itself."""
-        return obj
 
     def record(self, spec: CacheConfig, codec: rvcodec.RVCodec, slot: int, obj: dict[str, Any], native: int,
                *, api_version: str, item_kind: str) -> CachedObject:
@@ -151,10 +148,6 @@ class ProtobufFormat:
         found = pb.item_meta(item)
         rv = found.resource_version
         return found.namespace, found.name, int(rv) if rv.isdigit() else 0
-
-    def owner_view(self, item: bytes) -> dict[str, Any]:
-        namespace, name, _rv = self.meta(item)
-        return {"metadata": {"namespace": namespace, "name": name}}
 
     def record(self, spec: CacheConfig, codec: rvcodec.RVCodec, slot: int, item: bytes, native: int,
                *, api_version: str, item_kind: str) -> CachedObject:

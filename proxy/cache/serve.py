@@ -23,8 +23,7 @@ from routing.cache_policy import CacheMode, CachePlan
 from routing.query import watch_lifetime
 
 
-def _content_type(media_type: str) -> CIMultiDict[str]:
-    return CIMultiDict({"Content-Type": media_type})
+_NO_HEADERS: CIMultiDict[str] = CIMultiDict()  # the writers add Content-Type (start's content_type)
 
 # objects per written piece of a list from cache: ~2.5 MiB of hollow nodes, large enough that
 # writes are few, small enough that concurrent lists do not each hold the whole body.
@@ -53,7 +52,7 @@ async def serve_list(writer: ResponseWriter, cache: WatchCache, plan: CachePlan,
     objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace, slot=slot, name=plan.name)
     if len(objects) <= LIST_BATCH:
         return await writer.respond(Answer(200, cache.list_bytes(objects), content_type=cache.format.content_type))
-    await writer.start(200, _content_type(cache.format.content_type))
+    await writer.start(200, _NO_HEADERS, content_type=cache.format.content_type)
     for piece in cache.list_chunks(objects, batch=LIST_BATCH):
         await writer.write(piece)
     await writer.end()
@@ -100,7 +99,7 @@ async def serve_watch(
     if shutting_down:
         watcher.finish()
 
-    await writer.start(200, _content_type(cache.format.watch_content_type))
+    await writer.start(200, _NO_HEADERS, content_type=cache.format.watch_content_type)
     if initial:
         await writer.write(b"".join(initial))
     deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)

@@ -328,12 +328,16 @@ class WatchCache:
         the cache's format takes it (a decoded JSON object, or a protobuf object's message)."""
         slot = self.space.index(partition)
         namespace, name, native = self.format.meta(obj)
-        if self._keep is not None and not self._keep(partition, self.format.owner_view(obj)):
+        if not self._owned(partition, namespace, name):
             self._vector[slot] = max(self._vector[slot], native)
             return
         key = (slot, namespace, name)
         old = self._objects.get(key)
         self._emit(kind, slot, native, obj, old)
+
+    def _owned(self, partition: str, namespace: str, name: str) -> bool:
+        """Whether `partition` owns the object (the owner filter reads only its metadata)."""
+        return self._keep is None or self._keep(partition, {"metadata": {"namespace": namespace, "name": name}})
 
     def bookmark(self, partition: str, native: int) -> None:
         """An upstream bookmark: the partition has reached `native`. Cache watchers that asked
@@ -375,9 +379,9 @@ class WatchCache:
         listing = self._listing[partition]
         slot = self.space.index(partition)
         for obj in items:
-            if self._keep is not None and not self._keep(partition, self.format.owner_view(obj)):
-                continue
             namespace, name, native = self.format.meta(obj)
+            if not self._owned(partition, namespace, name):
+                continue
             key = (slot, namespace, name)
             listing.seen.add(key)
             old = self._objects.get(key)
