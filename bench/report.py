@@ -366,6 +366,7 @@ def render_watch_fanout_h2(doc: dict[str, Any], path: Path | None = None) -> str
             f"{_f(lp.get('p50_ms'))} / {_f(ld.get('p50_ms'))}",
             f"{_f(lp.get('p99_ms'))} / {_f(ld.get('p99_ms'))}",
             _x(c["ratio_delivery_p99_proxy_over_direct"]),
+            ", ".join(_x(r) for r in c.get("ratio_delivery_p99_by_round") or []) or "–",
             f"{_f(rp.get('p99_ms'), 2)} / {_f(rd.get('p99_ms'), 2)}",
             f"{_f(rp.get('max_ms'), 2)} / {_f(rd.get('max_ms'), 2)}",
             f"{_f(p['deliveries_received'])}/{_f(p['deliveries_expected'])} / {_f(d['deliveries_received'])}/{_f(d['deliveries_expected'])}",
@@ -373,7 +374,8 @@ def render_watch_fanout_h2(doc: dict[str, Any], path: Path | None = None) -> str
         ])
     header = [
         "watches", "TCP connections (proxy / direct)", "bytes per idle watch", "ratio", "open s", "delivery p50 ms",
-        "delivery p99 ms", "ratio", "PING p99 ms during delivery", "PING max ms", "deliveries", "note",
+        "delivery p99 ms", "ratio", "p99 ratio per round (alternating)", "PING p99 ms during delivery", "PING max ms",
+        "deliveries", "note",
     ]
     return _heading(doc, path) + "\n" + _table(header, rows) + "\n" + _stalls(doc["cases"], "watches")
 

@@ -9,8 +9,9 @@ On the proxy side one protobuf-first LIST first fills the node cache's protobuf 
 fleet's first kubelet would), so every watch is answered in protobuf as kube-apiserver answers.
 
 Per watch count W (default 10,000 and 50,000), a fresh federation with `--nodes` hollow nodes
-(half on rp1, half on rp2, all on the peer rp3); watch i watches node i mod nodes. Sides run one
-after the other (proxy, then direct), each with the machine to itself:
+(half on rp1, half on rp2, all on the peer rp3); watch i watches node i mod nodes. The sides open
+their watches one after the other (proxy, then direct), each with the machine to itself, and
+keep them open while their delivery rounds alternate:
 - memory per idle watch: (server RSS once every watch is open and idle `--idle` s - RSS
   before) / W, for the proxy process and for the peer's kube-apiserver; the server's CPU
   seconds spent opening them;
@@ -19,9 +20,13 @@ after the other (proxy, then direct), each with the machine to itself:
 - delivery lag: `--patches` merge-patches of the annotation `h2watch.partition-proxy.io/sent-ns`
   (the sender's wall clock, Unix ns) on a random watched node (the same sequence on both sides),
   one every `--interval-ms`, straight to the partition that holds the node; h2watch counts, for
-  every watch of that node, receive time - stamp. p50/p99 per side, ratio proxy/direct;
+  every watch of that node, receive time - stamp. The patches go out in `--rounds` rounds per
+  side, alternating ABBA between the sides (proxy, direct, direct, proxy, ...), so that a slow
+  spell of this shared machine, which moves either side's p99 by several ms from run to run,
+  falls on both. p50/p99 per side pooled over its rounds, ratio proxy/direct, and each
+  round's p99;
 - PING round trips: `rvcheck h2ping` holds one more HTTP/2 connection to the same server and
-  pings it every 100 ms while the watches receive the patches (client-go closes a connection
+  pings it every 100 ms during each of the side's rounds (client-go closes a connection
   whose ping goes unanswered for 15 s; the issue's bound is 1 s).
 
 The proxy is started with `limits.max_watches_per_identity` = W + 1,000: every watch here is
@@ -35,9 +40,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +79,8 @@ ARTIFACTS = OUT_DIR / NAME  # the Go clients' reports of the last run
 SENT_NS = "h2watch.partition-proxy.io/sent-ns"  # rvcheck h2watch reads the lag from it
 PER_CONNECTION = 100  # streams per connection: both servers' SETTINGS_MAX_CONCURRENT_STREAMS
 PING_INTERVAL = "100ms"
-DRAIN_SECONDS = 10.0  # after the last patch, for the last deliveries before h2watch stops
+DRAIN_SECONDS = 5.0  # seconds after the last round, for any late delivery before h2watch stops
+ROUND_PAUSE = 1.0  # seconds after a round's last patch before the next round: its deliveries land (p99 is ms)
 PING_BOUND_MS = 1000.0  # the issue's bound on a PING's round trip under load
 
 
@@ -169,8 +178,30 @@ async def patch_nodes(setup: Setup, sessions: dict[str, aiohttp.ClientSession], 
     return len(nodes), failed
 
 
-async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], side: str, count: int, names: list[str],
-                   patch_seq: list[str], args: argparse.Namespace) -> dict[str, Any]:
+@dataclass
+class SideRun:
+    """One side's watches, open from `open_side` to `close_side`, and what its rounds added up."""
+
+    side: str
+    pid: int
+    kubeconfig: Path
+    work: Path
+    watch: subprocess.Popen[bytes]
+    out: dict[str, Any]
+    stalls0: dict[str, dict[str, float]]
+    delivery_cpu_s: float = 0.0
+    windows: list[tuple[int, int]] = field(default_factory=list)  # (first send, last send + drain), Unix ns
+    pings: list[dict[str, Any]] = field(default_factory=list)
+    stalls_delivery: dict[str, dict[str, float]] = field(default_factory=dict)  # summed bucket deltas
+    sent: int = 0
+    failed: int = 0
+
+
+async def open_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], side: str, count: int, names: list[str],
+                    args: argparse.Namespace) -> SideRun:
+    """Open `count` watches on one side and read its memory per idle watch. The watches stay
+    open (h2watch runs until `close_side` stops it) so that the sides' delivery rounds can
+    alternate."""
     if side == "proxy":
         pid = setup.pid(setup.proxy)
         kubeconfig = setup.fed.issue_client_kubeconfig("bench-h2", user="admin", groups=[PROXY_ADMINS_GROUP],
@@ -180,8 +211,8 @@ async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], sid
         kubeconfig = setup.fed.partition(PEER).admin_kubeconfig
     work = ARTIFACTS / f"{count}-{side}"
     work.mkdir(parents=True, exist_ok=True)
-    patch_seconds = len(patch_seq) * args.interval_ms / 1000
-    duration = args.idle + 2 + patch_seconds + DRAIN_SECONDS
+    # h2watch stops on SIGTERM (close_side); this bounds it if the bench dies first.
+    bound = 2 * args.open_timeout + 2 * (args.patches * args.interval_ms / 1000 + args.rounds * ROUND_PAUSE) + 600
     out: dict[str, Any] = {"pid": pid}
     if side == "proxy" and args.content_type == "protobuf":
         out["protobuf_twin_fill_seconds"] = round(await fill_protobuf_twin(sessions["proxy"], setup.proxy.server), 1)
@@ -191,9 +222,9 @@ async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], sid
     stalls0 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if side == "proxy" else {}
     watch = start_rvcheck(["h2watch", "--kubeconfig", str(kubeconfig), "--nodes", ",".join(names[: min(count, len(names))]),
                            "--pods-per-node=false", "--watches", str(count), "--per-connection", str(PER_CONNECTION),
-                           "--duration", f"{duration:.0f}s", "--watch-timeout", f"{args.open_timeout + duration + 60:.0f}s",
-                           "--content-type", args.content_type], work / "h2watch.json", work / "h2watch.ready")
-    ping: subprocess.Popen[bytes] | None = None
+                           "--duration", f"{bound:.0f}s", "--watch-timeout", f"{bound + 60:.0f}s",
+                           "--content-type", args.content_type, "--lag-out", str(work / "lags.csv")],
+                          work / "h2watch.json", work / "h2watch.ready")
     try:
         open_s = await wait_ready(watch, work / "h2watch.ready", args.open_timeout, f"{side}: rvcheck h2watch")
         cpu1 = cpu_seconds(pid)
@@ -202,69 +233,157 @@ async def run_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], sid
         rss1 = rss_bytes(pid)
         if side == "proxy":
             out["server_h2_connections"] = await server_h2_connections(sessions["proxy"], setup.proxy.server)
-        out.update({
-            "open_seconds": round(open_s, 1),
-            "open_cpu_s": round(cpu1 - cpu0, 2),
-            "open_cpu_per_watch_ms": round((cpu1 - cpu0) / count * 1000, 3),
-            "rss_before_mib": mib(rss0),
-            "rss_idle_mib": mib(rss1),
-            "memory_per_watch_bytes": round((rss1 - rss0) / count),
-        })
-        log(f"{side}: RSS {mib(rss0)} -> {mib(rss1)} MiB: {out['memory_per_watch_bytes']} bytes/watch")
-        ping = start_rvcheck(["h2ping", "--kubeconfig", str(kubeconfig), "--interval", PING_INTERVAL,
-                              "--duration", f"{patch_seconds + 4:.0f}s"], work / "h2ping.json", work / "h2ping.ready")
-        await wait_ready(ping, work / "h2ping.ready", 30, f"{side}: rvcheck h2ping")
-        cpu2 = cpu_seconds(pid)
-        stalls1 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if side == "proxy" else {}
-        sent, failed = await patch_nodes(setup, sessions, side, patch_seq, args.interval_ms)
-        if side == "proxy":  # the delivery window alone: what could delay the events measured
-            out["proxy_stalls_delivery"] = stall_summary(stalls1, await proxy_stalls(sessions["proxy"], setup.proxy.server))
-        await wait_exit(ping, patch_seconds + 60)
-        await wait_exit(watch, duration + 120)
-        cpu3 = cpu_seconds(pid)
-        if side == "proxy":
-            # Whole side: opening, idle, delivery (the proxy's own loop-lag and GC histograms).
-            out["proxy_stalls"] = stall_summary(stalls0, await proxy_stalls(sessions["proxy"], setup.proxy.server))
+    except BaseException:
+        stop(watch)
+        raise
+    out.update({
+        "open_seconds": round(open_s, 1),
+        "open_cpu_s": round(cpu1 - cpu0, 2),
+        "open_cpu_per_watch_ms": round((cpu1 - cpu0) / count * 1000, 3),
+        "rss_before_mib": mib(rss0),
+        "rss_idle_mib": mib(rss1),
+        "memory_per_watch_bytes": round((rss1 - rss0) / count),
+    })
+    log(f"{side}: RSS {mib(rss0)} -> {mib(rss1)} MiB: {out['memory_per_watch_bytes']} bytes/watch")
+    return SideRun(side, pid, kubeconfig, work, watch, out, stalls0)
+
+
+async def deliver_round(setup: Setup, sessions: dict[str, aiohttp.ClientSession], run: SideRun, seq: list[str],
+                        args: argparse.Namespace, index: int) -> None:
+    """One delivery round of `run`'s side: patch `seq` at `--interval-ms` while h2ping pings
+    the same server, then wait ROUND_PAUSE for the last deliveries."""
+    seconds = len(seq) * args.interval_ms / 1000
+    ping = start_rvcheck(["h2ping", "--kubeconfig", str(run.kubeconfig), "--interval", PING_INTERVAL,
+                          "--duration", f"{seconds + 1:.0f}s"], run.work / f"h2ping-{index}.json", run.work / f"h2ping-{index}.ready")
+    try:
+        await wait_ready(ping, run.work / f"h2ping-{index}.ready", 30, f"{run.side}: rvcheck h2ping")
+        cpu0 = cpu_seconds(run.pid)
+        stalls0 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if run.side == "proxy" else {}
+        t0 = time.time_ns()
+        sent, failed = await patch_nodes(setup, sessions, run.side, seq, args.interval_ms)
+        await asyncio.sleep(ROUND_PAUSE)
+        run.windows.append((t0, time.time_ns()))
+        run.delivery_cpu_s += cpu_seconds(run.pid) - cpu0
+        if run.side == "proxy":  # the delivery windows alone: what could delay the events measured
+            stalls1 = await proxy_stalls(sessions["proxy"], setup.proxy.server)
+            for key, buckets in stalls1.items():
+                acc = run.stalls_delivery.setdefault(key, {})
+                for le, n in buckets.items():
+                    acc[le] = acc.get(le, 0.0) + n - stalls0.get(key, {}).get(le, 0.0)
+        run.sent += sent
+        run.failed += failed
+        await wait_exit(ping, seconds + 60)
     finally:
-        for proc in (watch, ping):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    w, p = read_report(work / "h2watch.json"), read_report(work / "h2ping.json")
+        stop(ping)
+    run.pings.append(read_report(run.work / f"h2ping-{index}.json"))
+
+
+async def close_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], run: SideRun, count: int,
+                     names: list[str]) -> dict[str, Any]:
+    """Stop `run`'s h2watch and add its figures to the side's output: delivery lag pooled over
+    every round, and each round's own p50/p99."""
+    await asyncio.sleep(DRAIN_SECONDS)
+    if run.watch.poll() is None:
+        run.watch.send_signal(signal.SIGTERM)
+    await wait_exit(run.watch, 120)
+    out = run.out
+    if run.side == "proxy":
+        # Whole side: opening, idle, delivery, and the other side's rounds in between.
+        out["proxy_stalls"] = stall_summary(run.stalls0, await proxy_stalls(sessions["proxy"], setup.proxy.server))
+        out["proxy_stalls_delivery"] = stall_summary({}, run.stalls_delivery)
+    w = read_report(run.work / "h2watch.json")
     per_node = count / min(count, len(names))
+    rounds = round_lags(run.work / "lags.csv", run.windows)
     out.update({
         "watches_opened": w.get("watches_opened"),
         "tcp_connections_dialed": w.get("tcp_connections_dialed"),
         "protocols": w.get("protocols"),
         "watch_open_ms": w.get("open_ms"),
         "watches_ended_early": w.get("ended_early_total"),
-        "patches": sent,
-        "patch_failures": failed,
-        "deliveries_expected": round(sent * per_node),
+        "patches": run.sent,
+        "patch_failures": run.failed,
+        "deliveries_expected": round(run.sent * per_node),
         "deliveries_received": w.get("lag_ms", {}).get("count"),
         "delivery_lag_ms": w.get("lag_ms"),
-        "delivery_phase_cpu_s": round(cpu3 - cpu2, 2),
+        "delivery_lag_by_round": rounds,
+        "delivery_phase_cpu_s": round(run.delivery_cpu_s, 2),
         "client_cpu_s": w.get("cpu_seconds"),
-        "ping": {k: p.get(k) for k in ("alpn", "pings_sent", "pings_answered", "pings_failed", "rtt_ms", "errors", "stop_reason")},
+        "ping": merge_pings(run.pings),
         **({"fatal": w["fatal"]} if w.get("fatal") else {}),
     })
-    log(f"{side}: deliveries {out['deliveries_received']}/{out['deliveries_expected']}, lag {w.get('lag_ms')}, "
-        f"ping rtt {p.get('rtt_ms')}")
+    log(f"{run.side}: deliveries {out['deliveries_received']}/{out['deliveries_expected']}, lag {w.get('lag_ms')}, "
+        f"p99 by round {[r.get('p99_ms') for r in rounds]}, ping rtt {out['ping'].get('rtt_ms')}")
     return out
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def nearest_rank(sorted_ms: list[float], q: float) -> float:
+    """The q-th percentile (0..100) of sorted values, as rvcheck's summaries compute it."""
+    return sorted_ms[max(1, math.ceil(q / 100 * len(sorted_ms))) - 1]
+
+
+def round_lags(path: Path, windows: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Per delivery round: count, p50 and p99 (ms) of the lag samples received in its window."""
+    try:
+        samples = [(int(a), float(b)) for a, b in (line.split(",") for line in path.read_text().split())]
+    except (OSError, ValueError):
+        return []
+    out = []
+    for t0, t1 in windows:
+        ms = sorted(lag for recv, lag in samples if t0 <= recv <= t1)
+        out.append({"count": len(ms), "p50_ms": round(nearest_rank(ms, 50), 3) if ms else None,
+                    "p99_ms": round(nearest_rank(ms, 99), 3) if ms else None})
+    return out
+
+
+def merge_pings(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds' h2ping reports as one: counts summed, the largest round trip, and the worst
+    round's p50 and p99 (per-round summaries cannot be pooled exactly)."""
+    rtts = [r.get("rtt_ms") or {} for r in reports]
+    return {
+        "alpn": sorted({r.get("alpn") for r in reports if r.get("alpn")}),
+        "pings_sent": sum(r.get("pings_sent") or 0 for r in reports),
+        "pings_answered": sum(r.get("pings_answered") or 0 for r in reports),
+        "pings_failed": sum(r.get("pings_failed") or 0 for r in reports),
+        "rtt_ms": {k: max((r.get(k) or 0.0 for r in rtts), default=0.0) for k in ("p50_ms", "p99_ms", "max_ms")},
+        "errors": [e for r in reports for e in (r.get("errors") or [])],
+        "stop_reason": sorted({r.get("stop_reason") for r in reports if r.get("stop_reason")}),
+        "rounds": len(reports),
+    }
 
 
 async def measure(setup: Setup, count: int, args: argparse.Namespace) -> dict[str, Any]:
     sessions = setup.sessions()
+    runs: dict[str, SideRun] = {}
     try:
         took, names, patch_seq = await setup.watched_nodes(sessions, KIND, args.nodes, count, patches=args.patches, seed=args.seed)
-        case: dict[str, Any] = {"watches": count, "nodes": args.nodes, "create_seconds": round(took, 1)}
+        case: dict[str, Any] = {"watches": count, "nodes": args.nodes, "create_seconds": round(took, 1), "rounds": args.rounds}
         for side in ("proxy", "direct"):
-            case[side] = await run_side(setup, sessions, side, count, names, patch_seq, args)
+            runs[side] = await open_side(setup, sessions, side, count, names, args)
+        # Rounds alternate between the sides, ABBA (proxy first, then direct first, ...), so that
+        # a slow spell of this shared machine falls on both; each round's patches are the next
+        # slice of the same sequence on both sides.
+        size = math.ceil(len(patch_seq) / args.rounds)
+        for r in range(args.rounds):
+            seq = patch_seq[r * size:(r + 1) * size]
+            for side in (("proxy", "direct") if r % 2 == 0 else ("direct", "proxy")):
+                log(f"round {r + 1}/{args.rounds}: {side}, {len(seq)} patches")
+                await deliver_round(setup, sessions, runs[side], seq, args, r)
+        for side in ("proxy", "direct"):
+            case[side] = await close_side(setup, sessions, runs.pop(side), count, names)
         p, d = case["proxy"], case["direct"]
         case["ratio_memory_per_watch_proxy_over_direct"] = ratio(p["memory_per_watch_bytes"], d["memory_per_watch_bytes"])
         lag_p, lag_d = p.get("delivery_lag_ms") or {}, d.get("delivery_lag_ms") or {}
         case["ratio_delivery_p50_proxy_over_direct"] = ratio(lag_p.get("p50_ms", 0), lag_d.get("p50_ms", 0))
         case["ratio_delivery_p99_proxy_over_direct"] = ratio(lag_p.get("p99_ms", 0), lag_d.get("p99_ms", 0))
+        case["ratio_delivery_p99_by_round"] = [
+            ratio(rp.get("p99_ms") or 0, rd.get("p99_ms") or 0)
+            for rp, rd in zip(p["delivery_lag_by_round"], d["delivery_lag_by_round"])]
         notes = []
         for s in ("proxy", "direct"):
             c = case[s]
@@ -280,6 +399,8 @@ async def measure(setup: Setup, count: int, args: argparse.Namespace) -> dict[st
             case["note"] = "; ".join(notes)
         return case
     finally:
+        for run in runs.values():
+            stop(run.watch)
         await close_sessions(sessions)
 
 
@@ -290,6 +411,9 @@ def main() -> None:
     # 1,000 patches: p99 over 10,000 deliveries at 10 watches per node (100 patch events in the
     # top 1 %); with 300, three patches decided it and the direct side's p99 moved 3-9 ms between runs.
     ap.add_argument("--patches", type=int, default=1000)
+    # 4 rounds of 250 patches a side (5 s each at 20 ms): short enough that a slow spell of the
+    # machine lasting seconds falls on both sides, long enough to hold 2,500 deliveries at 10,000 watches.
+    ap.add_argument("--rounds", type=int, default=4, help="delivery rounds per side, alternating between the sides")
     ap.add_argument("--interval-ms", type=float, default=20.0)
     ap.add_argument("--idle", type=float, default=5.0, help="seconds idle before the RSS reading")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds before the RSS baseline")

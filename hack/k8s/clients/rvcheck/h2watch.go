@@ -8,6 +8,7 @@ package main
 //	                [--per-connection 100] [--consistent-list] [--duration 60s]
 //	                [--expect-events E] [--slow-stream] [--stream-window 65536]
 //	                [--watch-timeout D] [--ready-file F] [--content-type protobuf|json]
+//	                [--lag-out F]
 //
 // The process builds ONE rest.Config and ONE *http.Client (rest.HTTPClientFor) and hands that
 // client to kubernetes.NewForConfigAndClient, so every request goes through one http.Transport:
@@ -53,7 +54,8 @@ package main
 //
 // The scenario ends at --duration (counted from the moment every watch is open; --ready-file
 // is written then), once every watch has seen --expect-events events that are not bookmarks
-// (ADDED, MODIFIED, DELETED), or when every watch has ended.
+// (ADDED, MODIFIED, DELETED), when every watch has ended, or on SIGTERM/SIGINT (a caller that
+// cannot know the duration beforehand: the report is written as at the others).
 
 import (
 	"context"
@@ -62,10 +64,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -109,6 +115,7 @@ type h2watchOptions struct {
 	streamWindow   int
 	watchTimeout   time.Duration
 	readyFile      string
+	lagOut         string
 }
 
 // runH2WatchCommand is the h2watch subcommand.
@@ -135,6 +142,7 @@ func parseH2WatchFlags(args []string) (h2watchOptions, error) {
 	fs.BoolVar(&o.slowStream, "slow-stream", false, "hold one more node watch whose body is never read")
 	fs.IntVar(&o.streamWindow, "stream-window", 65536, "HTTP/2 receive window of every stream, bytes (MaxReceiveBufferPerStream)")
 	fs.StringVar(&o.readyFile, "ready-file", "", "write this file once every watch is open")
+	fs.StringVar(&o.lagOut, "lag-out", "", "write every lag sample to this file, one line each: receive time (Unix ns),lag (ms)")
 	fs.DurationVar(&o.watchTimeout, "watch-timeout", 0, "timeoutSeconds of every watch (0: --duration + 60s); opening many watches takes time, and the first opened must outlive the last")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -263,7 +271,7 @@ type h2watchReport struct {
 	LagBySecond []lagSecond               `json:"lag_by_second"`
 	SlowStream  *h2slowStreamReport       `json:"slow_stream"` // null without --slow-stream
 	Watches     []h2watchStream           `json:"watches"`
-	StopReason  string                    `json:"stop_reason"` // expected | duration | watches-ended
+	StopReason  string                    `json:"stop_reason"` // expected | duration | watches-ended | signal
 	WatchedSecs float64                   `json:"watched_seconds"`
 	CPUSeconds  float64                   `json:"cpu_seconds"`
 	Fatal       string                    `json:"fatal,omitempty"`
@@ -580,6 +588,24 @@ func (s *h2watchStats) fill(report *h2watchReport) {
 	report.Lag = summarize(append([]float64{}, s.lagMs...))
 }
 
+// writeLags writes every lag sample to path, one line each: receive time (Unix ns),lag (ms),
+// so that a caller can cut the samples into the windows it made events in.
+func (s *h2watchStats) writeLags(path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var buf strings.Builder
+	for i, ms := range s.lagMs {
+		buf.WriteString(strconv.FormatInt(s.recvNs[i], 10))
+		buf.WriteByte(',')
+		buf.WriteString(strconv.FormatFloat(ms, 'f', 3, 64))
+		buf.WriteByte('\n')
+	}
+	if err := os.WriteFile(path, []byte(buf.String()), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
 // openAll opens the watch of every spec at listRV, in batches of perConn: the batch's first
 // alone (it makes the batch's connection), then its others h2watchOpenParallel at a time. It
 // stops after the first batch where one failed; watches[i] is nil where opening failed or was
@@ -742,6 +768,11 @@ func runH2Watch(o h2watchOptions, stderr io.Writer) (report h2watchReport, err e
 		cancel()
 		report.Protocols = c.proto.counts()
 		stats.fill(&report)
+		if o.lagOut != "" {
+			if err := stats.writeLags(o.lagOut); err != nil && report.Fatal == "" {
+				report.Fatal = err.Error()
+			}
+		}
 		report.CPUSeconds = round3(ownCPUSeconds())
 		return report
 	}
@@ -777,8 +808,13 @@ func runH2Watch(o h2watchOptions, stderr io.Writer) (report h2watchReport, err e
 	tick := time.NewTicker(progressInterval)
 	defer tick.Stop()
 	deadline := time.After(o.duration)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	for report.StopReason == "" {
 		select {
+		case <-sigs:
+			report.StopReason = "signal"
 		case <-stats.done:
 			report.StopReason = "expected"
 		case <-deadline:
