@@ -29,6 +29,11 @@ keep them open while their delivery rounds alternate:
   pings it every 100 ms during each of the side's rounds (client-go closes a connection
   whose ping goes unanswered for 15 s; the issue's bound is 1 s).
 
+`--protocol http/1.1` runs the same scenario with h2watch's HTTP/2 turned off (client-go's
+DISABLE_HTTP2): every watch is its own TLS connection, as for a client that speaks HTTP/1.1
+only; there are no PINGs then. With `--content-type json` it is the HTTP/1.1 fan-out of
+`bench.watch_fanout` with a Go client and alternating rounds.
+
 The proxy is started with `limits.max_watches_per_identity` = W + 1,000: every watch here is
 one identity's, and kube-apiserver has no such limit.
 
@@ -41,6 +46,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -110,12 +116,12 @@ async def fill_protobuf_twin(session: aiohttp.ClientSession, proxy_server: str, 
         await asyncio.sleep(0.2)
 
 
-def start_rvcheck(args: list[str], report: Path, ready: Path) -> subprocess.Popen[bytes]:
+def start_rvcheck(args: list[str], report: Path, ready: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `rvcheck <args>` writing its JSON report to `report`; `ready` is its ready file."""
     ready.unlink(missing_ok=True)
     with report.open("wb") as out:
         return subprocess.Popen([str(RVCHECK), *args, "--ready-file", str(ready)], stdout=out, stderr=sys.stderr,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env=env)
 
 
 async def wait_ready(proc: subprocess.Popen[bytes], ready: Path, timeout: float, what: str) -> float:
@@ -224,14 +230,14 @@ async def open_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], si
                            "--pods-per-node=false", "--watches", str(count), "--per-connection", str(PER_CONNECTION),
                            "--duration", f"{bound:.0f}s", "--watch-timeout", f"{bound + 60:.0f}s",
                            "--content-type", args.content_type, "--lag-out", str(work / "lags.csv")],
-                          work / "h2watch.json", work / "h2watch.ready")
+                          work / "h2watch.json", work / "h2watch.ready", env=client_env(args))
     try:
         open_s = await wait_ready(watch, work / "h2watch.ready", args.open_timeout, f"{side}: rvcheck h2watch")
         cpu1 = cpu_seconds(pid)
         log(f"{side}: {count} watches open in {open_s:.1f} s")
         await asyncio.sleep(args.idle)
         rss1 = rss_bytes(pid)
-        if side == "proxy":
+        if side == "proxy" and args.protocol == "h2":
             out["server_h2_connections"] = await server_h2_connections(sessions["proxy"], setup.proxy.server)
     except BaseException:
         stop(watch)
@@ -253,10 +259,13 @@ async def deliver_round(setup: Setup, sessions: dict[str, aiohttp.ClientSession]
     """One delivery round of `run`'s side: patch `seq` at `--interval-ms` while h2ping pings
     the same server, then wait ROUND_PAUSE for the last deliveries."""
     seconds = len(seq) * args.interval_ms / 1000
-    ping = start_rvcheck(["h2ping", "--kubeconfig", str(run.kubeconfig), "--interval", PING_INTERVAL,
-                          "--duration", f"{seconds + 1:.0f}s"], run.work / f"h2ping-{index}.json", run.work / f"h2ping-{index}.ready")
+    ping: subprocess.Popen[bytes] | None = None
+    if args.protocol == "h2":  # PING is HTTP/2's
+        ping = start_rvcheck(["h2ping", "--kubeconfig", str(run.kubeconfig), "--interval", PING_INTERVAL, "--duration",
+                              f"{seconds + 1:.0f}s"], run.work / f"h2ping-{index}.json", run.work / f"h2ping-{index}.ready")
     try:
-        await wait_ready(ping, run.work / f"h2ping-{index}.ready", 30, f"{run.side}: rvcheck h2ping")
+        if ping is not None:
+            await wait_ready(ping, run.work / f"h2ping-{index}.ready", 30, f"{run.side}: rvcheck h2ping")
         cpu0 = cpu_seconds(run.pid)
         stalls0 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if run.side == "proxy" else {}
         t0 = time.time_ns()
@@ -272,10 +281,13 @@ async def deliver_round(setup: Setup, sessions: dict[str, aiohttp.ClientSession]
                     acc[le] = acc.get(le, 0.0) + n - stalls0.get(key, {}).get(le, 0.0)
         run.sent += sent
         run.failed += failed
-        await wait_exit(ping, seconds + 60)
+        if ping is not None:
+            await wait_exit(ping, seconds + 60)
     finally:
-        stop(ping)
-    run.pings.append(read_report(run.work / f"h2ping-{index}.json"))
+        if ping is not None:
+            stop(ping)
+    if ping is not None:
+        run.pings.append(read_report(run.work / f"h2ping-{index}.json"))
 
 
 async def close_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], run: SideRun, count: int,
@@ -308,12 +320,19 @@ async def close_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], r
         "delivery_lag_by_round": rounds,
         "delivery_phase_cpu_s": round(run.delivery_cpu_s, 2),
         "client_cpu_s": w.get("cpu_seconds"),
-        "ping": merge_pings(run.pings),
+        "ping": merge_pings(run.pings) if run.pings else None,
         **({"fatal": w["fatal"]} if w.get("fatal") else {}),
     })
     log(f"{run.side}: deliveries {out['deliveries_received']}/{out['deliveries_expected']}, lag {w.get('lag_ms')}, "
-        f"p99 by round {[r.get('p99_ms') for r in rounds]}, ping rtt {out['ping'].get('rtt_ms')}")
+        f"p99 by round {[r.get('p99_ms') for r in rounds]}, ping rtt {(out['ping'] or {}).get('rtt_ms')}")
     return out
+
+
+def client_env(args: argparse.Namespace) -> dict[str, str] | None:
+    """h2watch's environment: client-go leaves HTTP/2 out of its transport when DISABLE_HTTP2
+    is set (k8s.io/apimachinery/pkg/util/net SetTransportDefaults), so each watch is then its
+    own HTTP/1.1 connection, as with a client that cannot speak HTTP/2."""
+    return {**os.environ, "DISABLE_HTTP2": "1"} if args.protocol == "http/1.1" else None
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -391,9 +410,10 @@ async def measure(setup: Setup, count: int, args: argparse.Namespace) -> dict[st
                 notes.append(f"{s}: only {c['watches_opened']} of {count} watches opened")
             if (c["deliveries_received"] or 0) < c["deliveries_expected"]:
                 notes.append(f"{s}: {c['deliveries_received']} of {c['deliveries_expected']} deliveries")
-            if c["ping"]["pings_failed"]:
-                notes.append(f"{s}: {c['ping']['pings_failed']} pings failed")
-            if (c["ping"].get("rtt_ms") or {}).get("max_ms", 0) > PING_BOUND_MS:
+            ping = c["ping"] or {}
+            if ping.get("pings_failed"):
+                notes.append(f"{s}: {ping['pings_failed']} pings failed")
+            if (ping.get("rtt_ms") or {}).get("max_ms", 0) > PING_BOUND_MS:
                 notes.append(f"{s}: a ping took {c['ping']['rtt_ms']['max_ms']} ms (> {PING_BOUND_MS:.0f} ms)")
         if notes:
             case["note"] = "; ".join(notes)
@@ -420,6 +440,9 @@ def main() -> None:
     ap.add_argument("--open-timeout", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--event-loop", default="", help="the proxy's serve --event-loop (default: the proxy's)")
+    ap.add_argument("--protocol", choices=("h2", "http/1.1"), default="h2",
+                    help="what h2watch speaks: HTTP/2 (client-go's default) or HTTP/1.1, one connection per watch "
+                         "(saved as watch_fanout_h2-http1.json; no PINGs)")
     ap.add_argument("--content-type", choices=("protobuf", "json"), default="protobuf",
                     help="what the watches ask for: protobuf then JSON (kubelets), or JSON only")
     args = ap.parse_args()
@@ -450,7 +473,7 @@ def main() -> None:
     notes = [f"{c['watches']} watches: {c['note']}" for c in out["cases"] if "note" in c]
     if notes:
         out["note"] = "; ".join(notes)
-    emit(NAME, out)
+    emit(NAME if args.protocol == "h2" else f"{NAME}-http1", out)
 
 
 if __name__ == "__main__":
