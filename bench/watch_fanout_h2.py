@@ -10,8 +10,8 @@ fleet's first kubelet would), so every watch is answered in protobuf as kube-api
 
 Per watch count W (default 10,000 and 50,000), a fresh federation with `--nodes` hollow nodes
 (half on rp1, half on rp2, all on the peer rp3); watch i watches node i mod nodes. The sides open
-their watches one after the other (proxy, then direct), each with the machine to itself, and
-keep them open while their delivery rounds alternate:
+their watches one after the other (proxy, then direct; the direct side's open while the proxy's
+are idle), and keep them open while their delivery rounds alternate:
 - memory per idle watch: (server RSS once every watch is open and idle `--idle` s - RSS
   before) / W, for the proxy process and for the peer's kube-apiserver; the server's CPU
   seconds spent opening them;
@@ -196,7 +196,7 @@ class SideRun:
     out: dict[str, Any]
     stalls0: dict[str, dict[str, float]]
     delivery_cpu_s: float = 0.0
-    windows: list[tuple[int, int]] = field(default_factory=list)  # (first send, last send + drain), Unix ns
+    windows: list[tuple[int, int]] = field(default_factory=list)  # per round (first send, ROUND_PAUSE after the last), Unix ns
     pings: list[dict[str, Any]] = field(default_factory=list)
     stalls_delivery: dict[str, dict[str, float]] = field(default_factory=dict)  # summed bucket deltas
     sent: int = 0
