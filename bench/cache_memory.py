@@ -10,6 +10,9 @@ Reported, after the caches hold their objects and ~3 s of settling:
   bytes (`bytes` of /debug/caches), and VmHWM (peak RSS);
 - the peer's kube-apiserver (rp3): RSS growth for the same N nodes, per object, and its Go heap
   in use (`go_memstats_heap_inuse_bytes` of its /metrics) before/after;
+- the "all" proxy's protobuf twin of its nodes cache, filled by one protobuf-first LIST as a
+  fleet's first kubelet fills it: RSS growth over the JSON cache alone, per object and per
+  cached protobuf byte;
 - a third proxy ("all, started after"), started once the nodes exist, so its cache fills from
   one LIST per partition instead of watch events: its RSS and peak, growth vs the baseline of
   the "all" proxy before nodes existed.
@@ -32,6 +35,7 @@ from bench.common import (
     Setup,
     close_sessions,
     emit,
+    fill_protobuf_twin,
     host_info,
     hwm_bytes,
     install_sigterm,
@@ -125,6 +129,25 @@ async def measure(setup: Setup, args: argparse.Namespace) -> dict[str, Any]:
             out["proxy_all"]["rss_growth_per_object_bytes"], out["direct_apiserver"]["rss_growth_per_object_bytes"]
         )
         out["ratio_rss_growth_selected_over_all"] = ratio(out["proxy_selected"]["rss_growth_mib"], out["proxy_all"]["rss_growth_mib"])
+
+        # The "all" proxy's protobuf twin, filled as a fleet's first kubelet fills it (one
+        # protobuf-first LIST): a second copy of every Node, enveloped protobuf.
+        filled_s = await fill_protobuf_twin(sessions["proxy"], proxies["all"].server)
+        twin = await setup.wait_cached(sessions["proxy"], args.nodes, proxy=proxies["all"], name="nodes-protobuf")
+        await asyncio.sleep(args.settle)
+        with_twin = rss_bytes(pids["all"])
+        out["proxy_all_protobuf_twin"] = {
+            "fill_seconds": round(filled_s, 1),
+            "objects": twin["objects"],
+            "cache_bytes": twin["bytes"],
+            "cache_bytes_per_object": round(twin["bytes"] / max(twin["objects"], 1)),
+            "rss_after_mib": mib(with_twin),
+            "rss_growth_mib": mib(with_twin - after["all"]),
+            "rss_growth_per_object_bytes": round((with_twin - after["all"]) / max(twin["objects"], 1)),
+            "rss_growth_per_cache_byte": round((with_twin - after["all"]) / max(twin["bytes"], 1), 3),
+            "rss_peak_hwm_mib": mib(hwm_bytes(pids["all"])),
+        }
+        log(f"protobuf twin: {out['proxy_all_protobuf_twin']}")
 
         # A proxy started once the nodes exist: its cache fills from one LIST per partition.
         late = setup.start_proxy("proxy-late", caches=nodes_cache())

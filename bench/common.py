@@ -562,12 +562,14 @@ class Setup:
             f"in {took:.1f} s ({sum(counts) / max(took, 1e-9):.0f} POST/s)")
         return took
 
-    async def caches_debug(self, session: aiohttp.ClientSession, proxy: ProxyProcess | None = None) -> dict[str, Any]:
+    async def caches_debug(self, session: aiohttp.ClientSession, proxy: ProxyProcess | None = None,
+                           name: str = "nodes") -> dict[str, Any]:
+        """The /debug/caches entry of cache `name` (a protobuf twin is `<cache>-protobuf`)."""
         doc = await get_json(session, f"{(proxy or self.proxy).server}/debug/caches")
         for cache in doc["caches"]:
-            if cache["name"] == "nodes":
+            if cache["name"] == name:
                 return cache
-        raise RuntimeError("no cache named nodes in /debug/caches")
+        raise RuntimeError(f"no cache named {name} in /debug/caches")
 
     async def watched_nodes(
         self, sessions: dict[str, aiohttp.ClientSession], kind: str, nodes: int, watches: int, *, patches: int, seed: int
@@ -584,16 +586,17 @@ class Setup:
         return took, names, [rng.choice(watched) for _ in range(patches)]
 
     async def wait_cached(
-        self, session: aiohttp.ClientSession, want: int, *, proxy: ProxyProcess | None = None, timeout: float = 300
+        self, session: aiohttp.ClientSession, want: int, *, proxy: ProxyProcess | None = None, timeout: float = 300,
+        name: str = "nodes",
     ) -> dict[str, Any]:
-        """Poll /debug/caches until the nodes cache holds `want` objects; returns its entry."""
+        """Poll /debug/caches until cache `name` holds `want` objects; returns its entry."""
         deadline = time.monotonic() + timeout
         while True:
-            cache = await self.caches_debug(session, proxy)
+            cache = await self.caches_debug(session, proxy, name)
             if cache["objects"] == want and cache["synced"]:
                 return cache
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the proxy's nodes cache holds {cache['objects']} objects, want {want}")
+                raise RuntimeError(f"the proxy's {name} cache holds {cache['objects']} objects, want {want}")
             await asyncio.sleep(0.5)
 
     async def node_sizes(self, sessions: dict[str, aiohttp.ClientSession], kind: str, name: str) -> dict[str, int]:
@@ -605,6 +608,22 @@ class Setup:
         sizes = {"built_bytes": built, "apiserver_bytes": stored, "proxy_cached_bytes": cached}
         log(f"{kind} node compact JSON size: {sizes}")
         return sizes
+
+
+async def fill_protobuf_twin(session: aiohttp.ClientSession, proxy_server: str, timeout: float = 60.0) -> float:
+    """Seconds until the node cache answers a protobuf-first LIST in protobuf: the first such
+    request starts filling its protobuf twin (README, Watch caches), as a fleet's first kubelet
+    would; until it synced the answers are JSON. Raises RuntimeError after `timeout`."""
+    t0 = time.monotonic()
+    headers = {"Accept": "application/vnd.kubernetes.protobuf, application/json"}
+    while True:
+        async with session.get(f"{proxy_server}/api/v1/nodes", params={"resourceVersion": "0", "limit": "1"}, headers=headers) as resp:
+            await resp.read()
+            if resp.status == 200 and resp.headers.get("Content-Type") == "application/vnd.kubernetes.protobuf":
+                return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"the node cache's protobuf twin did not sync within {timeout:.0f} s")
+        await asyncio.sleep(0.2)
 
 
 async def close_sessions(sessions: dict[str, aiohttp.ClientSession]) -> None:

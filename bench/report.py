@@ -132,6 +132,13 @@ def render_cache_memory(doc: dict[str, Any], path: Path | None = None) -> str:
             label, _f(p["objects"]), _f(p["cache_bytes_per_object"]), _f(p["rss_growth_mib"]),
             _f(p["rss_growth_per_object_bytes"]), _f(p["rss_growth_per_cache_byte"], 2), _f(p["rss_peak_hwm_mib"]),
         ])
+    twin = r.get("proxy_all_protobuf_twin")
+    if twin:
+        rows.append([
+            "proxy, all nodes: their protobuf twin (on top of the row above)", _f(twin["objects"]),
+            _f(twin["cache_bytes_per_object"]), _f(twin["rss_growth_mib"]), _f(twin["rss_growth_per_object_bytes"]),
+            _f(twin["rss_growth_per_cache_byte"], 2), _f(twin["rss_peak_hwm_mib"]),
+        ])
     late = r["proxy_all_started_after"]
     rows.append([
         "proxy, all nodes, started after they exist", _f(late["objects"]), "", _f(late["rss_growth_vs_empty_baseline_mib"]),

@@ -66,6 +66,7 @@ from bench.common import (
     close_sessions,
     cpu_seconds,
     emit,
+    fill_protobuf_twin,
     host_info,
     proxy_stalls,
     stall_summary,
@@ -98,22 +99,6 @@ async def server_h2_connections(session: aiohttp.ClientSession, proxy_server: st
         if line.startswith('partition_proxy_connections{protocol="h2"}'):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
-
-
-async def fill_protobuf_twin(session: aiohttp.ClientSession, proxy_server: str, timeout: float = 60.0) -> float:
-    """Seconds until the node cache answers a protobuf-first LIST in protobuf: the first such
-    request starts filling its protobuf twin (README, Watch caches), as a fleet's first kubelet
-    would; until it synced the answers are JSON. Raises RuntimeError after `timeout`."""
-    t0 = time.monotonic()
-    headers = {"Accept": "application/vnd.kubernetes.protobuf, application/json"}
-    while True:
-        async with session.get(f"{proxy_server}/api/v1/nodes", params={"resourceVersion": "0", "limit": "1"}, headers=headers) as resp:
-            await resp.read()
-            if resp.status == 200 and resp.headers.get("Content-Type") == "application/vnd.kubernetes.protobuf":
-                return time.monotonic() - t0
-        if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"the node cache's protobuf twin did not sync within {timeout:.0f} s")
-        await asyncio.sleep(0.2)
 
 
 def start_rvcheck(args: list[str], report: Path, ready: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
