@@ -13,6 +13,9 @@ Reported, after the caches hold their objects and ~3 s of settling:
 - the "all" proxy's protobuf twin of its nodes cache, filled by one protobuf-first LIST as a
   fleet's first kubelet fills it: RSS growth over the JSON cache alone, per object and per
   cached protobuf byte;
+- a "leases" proxy with the node Leases cache (the proxy's default second cache), started with
+  the others: RSS growth for one kubelet Lease per node (N/2 on rp1, N/2 on rp2), then for its
+  protobuf twin; the peer's growth for the same N Leases;
 - a third proxy ("all, started after"), started once the nodes exist, so its cache fills from
   one LIST per partition instead of watch events: its RSS and peak, growth vs the baseline of
   the "all" proxy before nodes existed.
@@ -31,9 +34,11 @@ import aiohttp
 
 from bench.common import (
     BUILDERS,
+    NODE_LEASES,
     PEER,
     Setup,
     close_sessions,
+    create_nodes,
     emit,
     fill_protobuf_twin,
     host_info,
@@ -41,12 +46,16 @@ from bench.common import (
     install_sigterm,
     log,
     mib,
+    node_lease,
+    node_leases_cache,
+    node_names,
     nodes_cache,
     ratio,
     rss_bytes,
 )
 
 NAME = "cache_memory"
+LEASES = "node-leases"  # the name of node_leases_cache()
 SELECTOR = "bench-keep=yes"
 
 
@@ -163,9 +172,55 @@ async def measure(setup: Setup, args: argparse.Namespace) -> dict[str, Any]:
         }
         log(f"late proxy: {out['proxy_all_started_after']}")
         late.stop()
+        out["proxy_leases"] = await measure_leases(setup, sessions, args)
         return out
     finally:
         await close_sessions(sessions)
+
+
+async def measure_leases(setup: Setup, sessions: dict[str, aiohttp.ClientSession], args: argparse.Namespace) -> dict[str, Any]:
+    """The node Leases cache of the "leases" proxy (started with the others, before any Lease
+    exists): RSS growth for one kubelet Lease per node (N/2 on rp1, N/2 on rp2, all N on the
+    peer), then for its protobuf twin."""
+    proxy = setup.proxies[2]
+    pid, peer_pid = setup.pid(proxy), setup.apiserver_pid(PEER)
+    await setup.wait_cached(sessions["proxy"], 0, proxy=proxy, name=LEASES)
+    await asyncio.sleep(args.settle)
+    before, peer_before = rss_bytes(pid), rss_bytes(peer_pid)
+    names = node_names(args.kind, 0, args.nodes)
+    deadline = time.monotonic() + 900
+    await asyncio.gather(*(
+        create_nodes(sessions[p], setup.server(p), [n for n in names if p == PEER or n.startswith(f"{p}-")], node_lease,
+                     deadline=deadline, path=NODE_LEASES)
+        for p in ("rp1", "rp2", PEER)))
+    cache = await setup.wait_cached(sessions["proxy"], args.nodes, proxy=proxy, name=LEASES)
+    await asyncio.sleep(args.settle)
+    after, peer_after, hwm = rss_bytes(pid), rss_bytes(peer_pid), hwm_bytes(pid)
+    filled_s = await fill_protobuf_twin(sessions["proxy"], proxy.server, path=NODE_LEASES)
+    twin = await setup.wait_cached(sessions["proxy"], args.nodes, proxy=proxy, name=f"{LEASES}-protobuf")
+    await asyncio.sleep(args.settle)
+    with_twin = rss_bytes(pid)
+    out = {
+        "objects": cache["objects"],
+        "cache_bytes_per_object": round(cache["bytes"] / max(cache["objects"], 1)),
+        "rss_growth_mib": mib(after - before),
+        "rss_growth_per_object_bytes": round((after - before) / args.nodes),
+        "rss_growth_per_cache_byte": round((after - before) / max(cache["bytes"], 1), 3),
+        "rss_peak_hwm_mib": mib(hwm),
+        "rss_before_mib": mib(before),
+        "peer_rss_growth_per_object_bytes": round((peer_after - peer_before) / args.nodes),
+        "protobuf_twin": {
+            "fill_seconds": round(filled_s, 1),
+            "objects": twin["objects"],
+            "cache_bytes_per_object": round(twin["bytes"] / max(twin["objects"], 1)),
+            "rss_growth_mib": mib(with_twin - after),
+            "rss_growth_per_object_bytes": round((with_twin - after) / args.nodes),
+            "rss_growth_per_cache_byte": round((with_twin - after) / max(twin["bytes"], 1), 3),
+            "rss_peak_hwm_mib": mib(hwm_bytes(pid)),
+        },
+    }
+    log(f"node leases: {out}")
+    return out
 
 
 def main() -> None:
@@ -187,6 +242,7 @@ def main() -> None:
     setup = Setup.start(NAME, caches=nodes_cache())
     try:
         setup.start_proxy("proxy-selected", caches=nodes_cache(SELECTOR))
+        setup.start_proxy("proxy-leases", caches=node_leases_cache())
         out["result"] = asyncio.run(measure(setup, args))
     finally:
         setup.stop()

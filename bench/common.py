@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,26 @@ PEER = "rp3"
 CREATE_CONCURRENCY = 32
 
 NodeBuilder = Callable[[str], dict[str, Any]]
+
+
+NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"  # a kubelet's Lease lives here
+
+
+def node_leases_cache() -> list[dict[str, Any]]:
+    """The proxy's caches config for the benchmarks: the node Leases (as the proxy's default)."""
+    return [{"name": "node-leases", "group": "coordination.k8s.io", "resource": "leases", "namespace": "kube-node-lease",
+             "role": "resource"}]
+
+
+def node_lease(name: str) -> dict[str, Any]:
+    """The Lease a kubelet keeps for node `name` (pkg/kubelet/nodelease: owned by its Node,
+    40 s, renewed every 10 s)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name))}]},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": "2026-11-24T11:00:00.000000Z"},
+    }
 
 
 def nodes_cache(label_selector: str = "") -> list[dict[str, Any]]:
@@ -405,11 +426,12 @@ async def create_nodes(
     *,
     concurrency: int = CREATE_CONCURRENCY,
     deadline: float,
+    path: str = "/api/v1/nodes",
 ) -> int:
-    """POST every node to `server` with `concurrency` parallel requests; 409 counts as done.
-    Returns the number created. Raises RuntimeError on other errors or past `deadline`
-    (time.monotonic() seconds)."""
-    url = f"{server}/api/v1/nodes"
+    """POST builder(name) for every name to `server`'s collection `path` (default: nodes) with
+    `concurrency` parallel requests; 409 counts as done. Returns the number created. Raises
+    RuntimeError on other errors or past `deadline` (time.monotonic() seconds)."""
+    url = f"{server}{path}"
     it = iter(names)
     created = 0
 
@@ -610,19 +632,21 @@ class Setup:
         return sizes
 
 
-async def fill_protobuf_twin(session: aiohttp.ClientSession, proxy_server: str, timeout: float = 60.0) -> float:
-    """Seconds until the node cache answers a protobuf-first LIST in protobuf: the first such
-    request starts filling its protobuf twin (README, Watch caches), as a fleet's first kubelet
-    would; until it synced the answers are JSON. Raises RuntimeError after `timeout`."""
+async def fill_protobuf_twin(session: aiohttp.ClientSession, proxy_server: str, timeout: float = 60.0,
+                             path: str = "/api/v1/nodes") -> float:
+    """Seconds until the cache of `path` (default: nodes) answers a protobuf-first LIST in
+    protobuf: the first such request starts filling its protobuf twin (README, Watch caches), as
+    a fleet's first kubelet would; until it synced the answers are JSON. Raises RuntimeError
+    after `timeout`."""
     t0 = time.monotonic()
     headers = {"Accept": "application/vnd.kubernetes.protobuf, application/json"}
     while True:
-        async with session.get(f"{proxy_server}/api/v1/nodes", params={"resourceVersion": "0", "limit": "1"}, headers=headers) as resp:
+        async with session.get(f"{proxy_server}{path}", params={"resourceVersion": "0", "limit": "1"}, headers=headers) as resp:
             await resp.read()
             if resp.status == 200 and resp.headers.get("Content-Type") == "application/vnd.kubernetes.protobuf":
                 return time.monotonic() - t0
         if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"the node cache's protobuf twin did not sync within {timeout:.0f} s")
+            raise RuntimeError(f"the protobuf twin of the cache of {path} did not sync within {timeout:.0f} s")
         await asyncio.sleep(0.2)
 
 

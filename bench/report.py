@@ -139,6 +139,19 @@ def render_cache_memory(doc: dict[str, Any], path: Path | None = None) -> str:
             _f(twin["cache_bytes_per_object"]), _f(twin["rss_growth_mib"]), _f(twin["rss_growth_per_object_bytes"]),
             _f(twin["rss_growth_per_cache_byte"], 2), _f(twin["rss_peak_hwm_mib"]),
         ])
+    leases = r.get("proxy_leases")
+    if leases:
+        lt = leases["protobuf_twin"]
+        rows.append([
+            "proxy, node Leases (one per node)", _f(leases["objects"]), _f(leases["cache_bytes_per_object"]),
+            _f(leases["rss_growth_mib"]), _f(leases["rss_growth_per_object_bytes"]), _f(leases["rss_growth_per_cache_byte"], 2),
+            _f(leases["rss_peak_hwm_mib"]),
+        ])
+        rows.append([
+            "proxy, node Leases: their protobuf twin", _f(lt["objects"]), _f(lt["cache_bytes_per_object"]),
+            _f(lt["rss_growth_mib"]), _f(lt["rss_growth_per_object_bytes"]), _f(lt["rss_growth_per_cache_byte"], 2),
+            _f(lt["rss_peak_hwm_mib"]),
+        ])
     late = r["proxy_all_started_after"]
     rows.append([
         "proxy, all nodes, started after they exist", _f(late["objects"]), "", _f(late["rss_growth_vs_empty_baseline_mib"]),
@@ -150,6 +163,9 @@ def render_cache_memory(doc: dict[str, Any], path: Path | None = None) -> str:
         f"direct kube-apiserver ({a['partition']})", _f(a["objects"]), "", _f(a["rss_growth_mib"]),
         f"{_f(a['rss_growth_per_object_bytes'])} (Go heap in use: {_f(heap)})", "", "",
     ])
+    if leases:
+        rows.append([f"direct kube-apiserver ({a['partition']}), node Leases", _f(leases["objects"]), "", "",
+                     _f(leases["peer_rss_growth_per_object_bytes"]), "", ""])
     header = ["holder", "objects", "cached bytes per object", "RSS growth MiB", "RSS growth per object (bytes)",
               "RSS growth per cached byte", "peak RSS MiB (VmHWM)"]
     return (
