@@ -38,7 +38,7 @@ from bench.common import (
     PEER,
     Setup,
     close_sessions,
-    create_nodes,
+    post_objects,
     emit,
     fill_protobuf_twin,
     host_info,
@@ -190,7 +190,7 @@ async def measure_leases(setup: Setup, sessions: dict[str, aiohttp.ClientSession
     names = node_names(args.kind, 0, args.nodes)
     deadline = time.monotonic() + 900
     await asyncio.gather(*(
-        create_nodes(sessions[p], setup.server(p), [n for n in names if p == PEER or n.startswith(f"{p}-")], node_lease,
+        post_objects(sessions[p], setup.server(p), [n for n in names if p == PEER or n.startswith(f"{p}-")], node_lease,
                      deadline=deadline, path=NODE_LEASES)
         for p in ("rp1", "rp2", PEER)))
     cache = await setup.wait_cached(sessions["proxy"], args.nodes, proxy=proxy, name=LEASES)

@@ -418,7 +418,7 @@ async def get_json(session: aiohttp.ClientSession, url: str, **params: str) -> A
         return orjson.loads(body)
 
 
-async def create_nodes(
+async def post_objects(
     session: aiohttp.ClientSession,
     server: str,
     names: Sequence[str],
@@ -575,9 +575,9 @@ class Setup:
         deadline = time.monotonic() + timeout
         t0 = time.monotonic()
         counts = await asyncio.gather(
-            create_nodes(sessions["rp1"], self.server("rp1"), [n for n in names if n.startswith("rp1-")], builder, deadline=deadline),
-            create_nodes(sessions["rp2"], self.server("rp2"), [n for n in names if n.startswith("rp2-")], builder, deadline=deadline),
-            create_nodes(sessions[PEER], self.server(PEER), names, builder, deadline=deadline),
+            post_objects(sessions["rp1"], self.server("rp1"), [n for n in names if n.startswith("rp1-")], builder, deadline=deadline),
+            post_objects(sessions["rp2"], self.server("rp2"), [n for n in names if n.startswith("rp2-")], builder, deadline=deadline),
+            post_objects(sessions[PEER], self.server(PEER), names, builder, deadline=deadline),
         )
         took = time.monotonic() - t0
         log(f"created {kind} nodes {start}..{stop - 1}: rp1={counts[0]} rp2={counts[1]} {PEER}={counts[2]} "

@@ -87,7 +87,7 @@ from bench.common import (
     apiserver_pid,
     client_ssl,
     cpu_seconds,
-    create_nodes,
+    post_objects,
     emit,
     host_info,
     hwm_bytes,
@@ -930,7 +930,7 @@ async def _create_nodes(step: Step, placement: dict[str, list[str]]) -> dict[str
     sessions = {p: new_session(client_ssl(step.fed, step.fed.partition(p).admin_cert)) for p in placement}
     try:
         counts = await asyncio.gather(*(
-            create_nodes(sessions[p], step.fed.partition(p).server, names, ready_kwok_node, deadline=deadline)
+            post_objects(sessions[p], step.fed.partition(p).server, names, ready_kwok_node, deadline=deadline)
             for p, names in placement.items()
         ))
         await asyncio.gather(*(untaint_nodes(sessions[p], step.fed.partition(p).server, names, deadline=deadline)

@@ -73,6 +73,7 @@ from bench.common import (
     install_sigterm,
     log,
     mib,
+    percentile,
     raise_nofile,
     ratio,
     rss_bytes,
@@ -326,11 +327,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def nearest_rank(sorted_ms: list[float], q: float) -> float:
-    """The q-th percentile (0..100) of sorted values, as rvcheck's summaries compute it."""
-    return sorted_ms[max(1, math.ceil(q / 100 * len(sorted_ms))) - 1]
-
-
 def round_lags(path: Path, windows: list[tuple[int, int]]) -> list[dict[str, Any]]:
     """Per delivery round: count, p50 and p99 (ms) of the lag samples received in its window."""
     try:
@@ -339,9 +335,9 @@ def round_lags(path: Path, windows: list[tuple[int, int]]) -> list[dict[str, Any
         return []
     out = []
     for t0, t1 in windows:
-        ms = sorted(lag for recv, lag in samples if t0 <= recv <= t1)
-        out.append({"count": len(ms), "p50_ms": round(nearest_rank(ms, 50), 3) if ms else None,
-                    "p99_ms": round(nearest_rank(ms, 99), 3) if ms else None})
+        ms = [lag for recv, lag in samples if t0 <= recv <= t1]  # nearest rank, as rvcheck's summaries
+        out.append({"count": len(ms), "p50_ms": round(percentile(ms, 50), 3) if ms else None,
+                    "p99_ms": round(percentile(ms, 99), 3) if ms else None})
     return out
 
 

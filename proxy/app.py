@@ -46,7 +46,7 @@ from proxy.pipeline.chain import Pipeline
 from proxy.rv_epochs import ResourceVersions, TableUnavailable
 from proxy.watch_limits import WatchLimiter
 from routing import protobuf_items
-from routing.decide import RoutingState, owner_filter
+from routing.decide import RoutingState, owner_by_key
 from routing.placement import Placement
 from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
 
@@ -105,7 +105,7 @@ def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None,
             raise ConfigError(f"caches.{i}.field_selector: {exc}") from None
         is_nodes = (spec.group, spec.resource) == ("", "nodes")
         by_name = (spec.group, spec.resource) == ("", "namespaces")
-        keep = owner_filter(by_name, routing) if spec.role is PartitionRole.TENANT else None
+        keep = owner_by_key(by_name, routing) if spec.role is PartitionRole.TENANT else None
         codec = rv.codec(config.names(spec.role))
         cache = WatchCache(spec=spec, codec=codec, label_selector=label_selector, field_selector=field_selector,
                            on_node=on_node if is_nodes else None, keep=keep)

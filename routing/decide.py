@@ -194,22 +194,36 @@ def owner_of_namespaced(namespace: str, state: RoutingState, *, tenant: str = ""
 KeepFn = Callable[[str, dict[str, Any]], bool]
 
 
+OwnsFn = Callable[[str, str, str], bool]  # (partition, namespace, name) -> the partition owns the object
+
+
+def owner_by_key(by_name: bool, state: Callable[[], RoutingState]) -> OwnsFn:
+    """Whether the partition that sent an object, known by its namespace and name, owns it:
+    every TP has its own `default`, `kube-system`, ..., and a union must show each namespace
+    once. `by_name`: the objects are namespaces (owned by their name) rather than namespaced
+    objects. `state` gives the routing state in force at each call (a watch outlives a change
+    of the partition set). The watch caches call it with the metadata they read anyway."""
+
+    def owns(partition: str, namespace: str, name: str) -> bool:
+        owner = name if by_name else namespace
+        if not owner:
+            return True
+        current = state()
+        if owner == NODE_LEASE_NAMESPACE and not by_name and partition in current.placement.resource_partitions:
+            return True  # node Leases: each RP owns those of its nodes
+        return owner_of_namespaced(owner, current) == partition
+
+    return owns
+
+
 def owner_filter(by_name: bool, state: Callable[[], RoutingState]) -> KeepFn:
-    """Keep only objects the partition that sent them owns: every TP has its own `default`,
-    `kube-system`, ..., and a union must show each namespace once. `by_name`: the
-    objects are namespaces (owned by their name) rather than namespaced objects. A Table's row
-    is judged by its object. `state` gives the routing state in force at each call (a watch
-    outlives a change of the partition set)."""
+    """`owner_by_key` for decoded objects (union lists and watches); a Table's row is judged by
+    its object."""
+    owns = owner_by_key(by_name, state)
 
     def keep(partition: str, obj: dict[str, Any]) -> bool:
         meta = object_meta(obj)
-        namespace = meta.get("name") if by_name else meta.get("namespace")
-        if not namespace:
-            return True
-        current = state()
-        if namespace == NODE_LEASE_NAMESPACE and not by_name and partition in current.placement.resource_partitions:
-            return True  # node Leases: each RP owns those of its nodes
-        return owner_of_namespaced(namespace, current) == partition
+        return owns(partition, meta.get("namespace") or "", meta.get("name") or "")
 
     return keep
 

@@ -43,6 +43,7 @@ from config.models import CacheConfig
 from proxy.cache.formats import JSON, CachedObject, ObjectFormat
 from routing import rv as rvcodec
 from routing.cache_policy import CacheSpec
+from routing.decide import OwnsFn
 from routing.selectors import FieldSelector, LabelSelector
 
 __all__ = ["CachedEvent", "CachedObject", "Key", "WatchCache", "Watcher"]
@@ -103,7 +104,7 @@ class WatchCache:
         label_selector: LabelSelector,
         field_selector: FieldSelector,
         on_node: Callable[[str, str | None], None] | None = None,
-        keep: Callable[[str, dict[str, Any]], bool] | None = None,
+        keep: OwnsFn | None = None,
         format: ObjectFormat = JSON,
     ) -> None:
         self.spec = spec
@@ -116,8 +117,8 @@ class WatchCache:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self._on_node = on_node  # node name -> owning RP (None: gone)
-        # keep(partition, object): whether `partition` owns the object; a union of tenant
-        # partitions drops the copies of system namespaces every TP has (routing.decide.owner_filter).
+        # keep(partition, namespace, name): whether `partition` owns the object; a union of tenant
+        # partitions drops the copies of system namespaces every TP has (routing.decide.owner_by_key).
         self._keep = keep
         n = len(codec.space)
         self._kind = ""
@@ -336,8 +337,8 @@ class WatchCache:
         self._emit(kind, slot, native, obj, old)
 
     def _owned(self, partition: str, namespace: str, name: str) -> bool:
-        """Whether `partition` owns the object (the owner filter reads only its metadata)."""
-        return self._keep is None or self._keep(partition, {"metadata": {"namespace": namespace, "name": name}})
+        """Whether `partition` owns the object (routing.decide.owner_by_key)."""
+        return self._keep is None or self._keep(partition, namespace, name)
 
     def bookmark(self, partition: str, native: int) -> None:
         """An upstream bookmark: the partition has reached `native`. Cache watchers that asked

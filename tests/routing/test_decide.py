@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from config import ProxyConfig, parse_config
-from routing.decide import Route, RouteKind, RoutingState, decide, route_keep
+from routing.decide import Route, RouteKind, RoutingState, decide, owner_by_key, owner_filter, route_keep
 from routing.placement import SYSTEM_NAMESPACES, Placement, fnv1a64
 from routing.requestinfo import parse_request_info
 
@@ -415,6 +415,17 @@ def test_a_union_of_every_lease_keeps_node_leases_from_the_rps_and_the_rest_from
     assert not keep("rp1", lease("kube-system"))  # each RP's own kube-apiserver identity leases
     assert keep("tp1", lease("kube-system")) and not keep("tp2", lease("kube-system"))
     assert keep("tp2", lease("nova-web")) and not keep("tp1", lease("nova-web"))
+
+
+@pytest.mark.parametrize("by_name", [False, True])
+def test_the_watch_caches_owner_check_by_key_judges_as_the_owner_filter_of_objects(by_name: bool) -> None:
+    owns, keep = owner_by_key(by_name, lambda: STATE), owner_filter(by_name, lambda: STATE)
+    for partition in TPS + RPS:
+        for namespace, name in [("", "kube-system"), ("", "nova-web"), ("kube-system", "x"), ("nova-web", "x"),
+                                ("kube-node-lease", "rp1-n1"), ("", "")]:
+            obj = {"metadata": {"namespace": namespace, "name": name}} if namespace else {"metadata": {"name": name}}
+            assert owns(partition, namespace, name) == keep(partition, obj), (partition, namespace, name)
+    assert not owns("tp2", "", "kube-system") if by_name else not owns("tp2", "kube-system", "x")
 
 
 @pytest.mark.parametrize("query", [{}, {"watch": "true"}])
