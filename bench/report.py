@@ -400,7 +400,27 @@ def render_watch_fanout_h2(doc: dict[str, Any], path: Path | None = None) -> str
         "delivery p99 ms", "ratio", "p99 ratio per round (alternating)", "PING p99 ms during delivery", "PING max ms",
         "deliveries", "note",
     ]
-    return _heading(doc, path) + "\n" + _table(header, rows) + "\n" + _stalls(doc["cases"], "watches")
+    return _heading(doc, path) + "\n" + _table(header, rows) + "\n" + _lag_split(doc["cases"]) + _stalls(doc["cases"], "watches")
+
+
+def _lag_split(cases: list[dict[str, Any]]) -> str:
+    """watch_fanout_h2's delivery lag split at a watch straight on the partition (older runs
+    have no split: empty)."""
+    parts = []
+    for c in cases:
+        sp, sd = (c["proxy"].get("where_the_lag_goes") or {}), (c["direct"].get("where_the_lag_goes") or {})
+        if not sp or not sd:
+            continue
+        (wp, ap), (wd, ad) = ((x.get("partition_watch_ms") or {}, x.get("after_partition_watch_ms") or {}) for x in (sp, sd))
+        parts.append(
+            f"{_f(c['watches'])} watches: the partition's own watch p50 / p99 {_f(wp.get('median_ms'))} / {_f(wp.get('p99_ms'))} ms "
+            f"(rp1, rp2, proxy side) vs {_f(wd.get('median_ms'))} / {_f(wd.get('p99_ms'))} ms (rp3); after it, "
+            f"the proxy's hop p50 / p99 / max {_f(ap.get('median_ms'))} / {_f(ap.get('p99_ms'))} / {_f(ap.get('max_ms'))} ms vs "
+            f"rp3's fan-out to its other watches {_f(ad.get('median_ms'))} / {_f(ad.get('p99_ms'))} / {_f(ad.get('max_ms'))} ms "
+            f"({_f(sp.get('matched'))} and {_f(sd.get('matched'))} deliveries matched to their patch)")
+    if not parts:
+        return ""
+    return "\nWhere the lag goes (a watch straight on the partitions that hold the nodes sees each patch too): " + "; ".join(parts) + "\n"
 
 
 def render_routed_requests(doc: dict[str, Any], path: Path | None = None) -> str:

@@ -25,6 +25,14 @@ are idle), and keep them open while their delivery rounds alternate:
   spell of this shared machine, which moves either side's p99 by several ms from run to run,
   falls on both. p50/p99 per side pooled over its rounds, ratio proxy/direct, and each
   round's p99;
+- where the lag goes: per side one more watcher, `rvcheck watch` (Go, one cluster-wide node
+  watch straight on each partition that holds the nodes: rp1 and rp2, or the peer rp3), sees
+  every patch as the partition's own watch sends it (the proxy's reflectors watch the same
+  partitions). Each patch also carries that watcher's annotations (run, seq, sent-ns, the same
+  stamp). Per side: "partition's watch" = its receive - the stamp, per patch; "after it" =
+  h2watch's receive - its receive, per delivery. On the proxy side "after it" is the proxy's
+  hop (its reflector's read, decode, fan-out and HTTP/2 write, and any wait for a core); on
+  the peer it is kube-apiserver's fan-out to the other 10,000 watches beyond this one;
 - PING round trips: `rvcheck h2ping` holds one more HTTP/2 connection to the same server and
   pings it every 100 ms during each of the side's rounds (client-go closes a connection
   whose ping goes unanswered for 15 s; the issue's bound is 1 s).
@@ -44,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import math
 import os
@@ -70,6 +79,7 @@ from bench.common import (
     host_info,
     proxy_stalls,
     stall_summary,
+    summary_ms,
     install_sigterm,
     log,
     mib,
@@ -85,6 +95,14 @@ KIND = "watch"
 RVCHECK = REPO / ".local" / "bin" / "rvcheck"
 ARTIFACTS = OUT_DIR / NAME  # the Go clients' reports of the last run
 SENT_NS = "h2watch.partition-proxy.io/sent-ns"  # rvcheck h2watch reads the lag from it
+# rvcheck watch (the partition's own watch, "where the lag goes") counts events by these
+# (hack/k8s/clients/rvcheck/bench.go)
+OBSERVER_SENT_NS = "bench.partition-proxy.io/sent-ns"
+OBSERVER_SEQ = "bench.partition-proxy.io/seq"
+OBSERVER_RUN = "bench.partition-proxy.io/run"
+# ns: how far a delivery's stamp (h2watch's receive - its lag, which it writes in µs) may be
+# from the partition watcher's stamp of the same patch; patches are --interval-ms apart
+MATCH_NS = 2_000
 PER_CONNECTION = 100  # streams per connection: both servers' SETTINGS_MAX_CONCURRENT_STREAMS
 PING_INTERVAL = "100ms"
 DRAIN_SECONDS = 5.0  # seconds after the last round, for any late delivery before h2watch stops
@@ -140,17 +158,31 @@ def read_report(path: Path) -> dict[str, Any]:
         return {"fatal": f"no report in {path}: {exc}"}
 
 
+def observer_run(side: str) -> str:
+    """The run annotation of `side`'s patches (the partition watcher counts only its own)."""
+    return f"{NAME}-{side}"
+
+
+def side_partitions(side: str, names: list[str]) -> list[str]:
+    """The partitions holding `side`'s nodes: rp1, rp2 (a node's name starts with its
+    partition's) for the proxy, the peer for direct."""
+    return sorted({n[:3] for n in names}) if side == "proxy" else [PEER]
+
+
 async def patch_nodes(setup: Setup, sessions: dict[str, aiohttp.ClientSession], side: str, nodes: list[str],
-                      interval_ms: float) -> tuple[int, int]:
-    """Stamp `SENT_NS` on nodes[i], one every `interval_ms`, straight to the partition that holds
-    the node. Returns (patches sent, patches failed)."""
+                      interval_ms: float, first_seq: int) -> tuple[int, int]:
+    """Stamp `SENT_NS` (and the partition watcher's run, seq from `first_seq` and sent-ns) on
+    nodes[i], one every `interval_ms`, straight to the partition that holds the node. Returns
+    (patches sent, patches failed)."""
     failed = 0
 
-    async def one(node: str) -> None:
+    async def one(node: str, seq: int) -> None:
         nonlocal failed
         partition = node[:3] if side == "proxy" else PEER
         url = f"{setup.server(partition)}/api/v1/nodes/{node}"
-        body = orjson.dumps({"metadata": {"annotations": {SENT_NS: str(time.time_ns())}}})
+        stamp = str(time.time_ns())
+        body = orjson.dumps({"metadata": {"annotations": {
+            SENT_NS: stamp, OBSERVER_SENT_NS: stamp, OBSERVER_SEQ: str(seq), OBSERVER_RUN: observer_run(side)}}})
         try:
             async with asyncio.timeout(30):
                 async with sessions[partition].patch(url, data=body, headers={"Content-Type": "application/merge-patch+json"}) as resp:
@@ -165,7 +197,7 @@ async def patch_nodes(setup: Setup, sessions: dict[str, aiohttp.ClientSession], 
         delay = start + seq * interval_ms / 1000 - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(node)))
+        tasks.append(asyncio.create_task(one(node, first_seq + seq)))
     await asyncio.gather(*tasks)
     return len(nodes), failed
 
@@ -179,6 +211,7 @@ class SideRun:
     kubeconfig: Path
     work: Path
     watch: subprocess.Popen[bytes]
+    observer: subprocess.Popen[bytes]  # rvcheck watch straight on the side's partitions
     out: dict[str, Any]
     stalls0: dict[str, dict[str, float]]
     delivery_cpu_s: float = 0.0
@@ -217,6 +250,7 @@ async def open_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], si
                            "--duration", f"{bound:.0f}s", "--watch-timeout", f"{bound + 60:.0f}s",
                            "--content-type", args.content_type, "--lag-out", str(work / "lags.csv")],
                           work / "h2watch.json", work / "h2watch.ready", env=client_env(args))
+    observer: subprocess.Popen[bytes] | None = None
     try:
         open_s = await wait_ready(watch, work / "h2watch.ready", args.open_timeout, f"{side}: rvcheck h2watch")
         cpu1 = cpu_seconds(pid)
@@ -225,8 +259,17 @@ async def open_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], si
         rss1 = rss_bytes(pid)
         if side == "proxy" and args.protocol == "h2":
             out["server_h2_connections"] = await server_h2_connections(sessions["proxy"], setup.proxy.server)
+        kubeconfigs = [str(setup.fed.partition(x).admin_kubeconfig) for x in side_partitions(side, names)]
+        observer = start_rvcheck(["watch", "--kubeconfig", ",".join(kubeconfigs), "--path", "/api/v1/nodes",
+                                  "--run", observer_run(side), "--expect", str(args.patches), "--idle", "0",
+                                  "--duration", f"{bound:.0f}s", "--content-type", args.content_type,
+                                  "--events-out", str(work / "partition-watch.csv")],
+                                 work / "partition-watch.json", work / "partition-watch.ready")
+        await wait_ready(observer, work / "partition-watch.ready", 60, f"{side}: rvcheck watch (the partition's)")
     except BaseException:
         stop(watch)
+        if observer is not None:
+            stop(observer)
         raise
     out.update({
         "open_seconds": round(open_s, 1),
@@ -237,7 +280,7 @@ async def open_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], si
         "memory_per_watch_bytes": round((rss1 - rss0) / count),
     })
     log(f"{side}: RSS {mib(rss0)} -> {mib(rss1)} MiB: {out['memory_per_watch_bytes']} bytes/watch")
-    return SideRun(side, pid, kubeconfig, work, watch, out, stalls0)
+    return SideRun(side, pid, kubeconfig, work, watch, observer, out, stalls0)
 
 
 async def deliver_round(setup: Setup, sessions: dict[str, aiohttp.ClientSession], run: SideRun, seq: list[str],
@@ -255,7 +298,7 @@ async def deliver_round(setup: Setup, sessions: dict[str, aiohttp.ClientSession]
         cpu0 = cpu_seconds(run.pid)
         stalls0 = await proxy_stalls(sessions["proxy"], setup.proxy.server) if run.side == "proxy" else {}
         t0 = time.time_ns()
-        sent, failed = await patch_nodes(setup, sessions, run.side, seq, args.interval_ms)
+        sent, failed = await patch_nodes(setup, sessions, run.side, seq, args.interval_ms, first_seq=run.sent)
         await asyncio.sleep(ROUND_PAUSE)
         run.windows.append((t0, time.time_ns()))
         run.delivery_cpu_s += cpu_seconds(run.pid) - cpu0
@@ -281,9 +324,11 @@ async def close_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], r
     """Stop `run`'s h2watch and add its figures to the side's output: delivery lag pooled over
     every round, and each round's own p50/p99."""
     await asyncio.sleep(DRAIN_SECONDS)
-    if run.watch.poll() is None:
-        run.watch.send_signal(signal.SIGTERM)
+    for proc in (run.watch, run.observer):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
     await wait_exit(run.watch, 120)
+    await wait_exit(run.observer, 30)
     out = run.out
     if run.side == "proxy":
         # Whole side: opening, idle, delivery, and the other side's rounds in between.
@@ -304,6 +349,7 @@ async def close_side(setup: Setup, sessions: dict[str, aiohttp.ClientSession], r
         "deliveries_received": w.get("lag_ms", {}).get("count"),
         "delivery_lag_ms": w.get("lag_ms"),
         "delivery_lag_by_round": rounds,
+        "where_the_lag_goes": lag_split(run.work / "lags.csv", run.work / "partition-watch.csv"),
         "delivery_phase_cpu_s": round(run.delivery_cpu_s, 2),
         "client_cpu_s": w.get("cpu_seconds"),
         "ping": merge_pings(run.pings) if run.pings else None,
@@ -339,6 +385,38 @@ def round_lags(path: Path, windows: list[tuple[int, int]]) -> list[dict[str, Any
         out.append({"count": len(ms), "p50_ms": round(percentile(ms, 50), 3) if ms else None,
                     "p99_ms": round(percentile(ms, 99), 3) if ms else None})
     return out
+
+
+def lag_split(lags: Path, partition_watch: Path) -> dict[str, Any]:
+    """Split the delivery lag at the partition's own watch (see the module docstring).
+
+    `lags`: h2watch's "receive_ns,lag_ms" lines; `partition_watch`: rvcheck watch's
+    "seq,sent_ns,receive_ns" lines. A delivery belongs to the patch whose stamp is within
+    MATCH_NS of its receive - lag. Returns {"partition_watch_ms": `summary_ms` per patch,
+    "after_partition_watch_ms": `summary_ms` per delivery, "matched", "unmatched"};
+    empty when either file is missing."""
+    try:
+        seen = {int(sent): int(recv) for _, sent, recv in (line.split(",") for line in partition_watch.read_text().split())}
+        samples = [(int(a), float(b)) for a, b in (line.split(",") for line in lags.read_text().split())]
+    except (OSError, ValueError):
+        return {}
+    stamps = sorted(seen)
+    after: list[float] = []  # seconds
+    unmatched = 0
+    for recv, lag in samples:
+        want = recv - round(lag * 1e6)
+        i = bisect.bisect_left(stamps, want)
+        near = min(stamps[max(0, i - 1):i + 1], key=lambda s: abs(s - want), default=None)
+        if near is None or abs(near - want) > MATCH_NS:
+            unmatched += 1
+            continue
+        after.append((recv - seen[near]) / 1e9)
+    return {
+        "partition_watch_ms": summary_ms([(recv - sent) / 1e9 for sent, recv in seen.items()]),
+        "after_partition_watch_ms": summary_ms(after),
+        "matched": len(after),
+        "unmatched": unmatched,
+    }
 
 
 def merge_pings(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -402,6 +480,7 @@ async def measure(setup: Setup, count: int, args: argparse.Namespace) -> dict[st
     finally:
         for run in runs.values():
             stop(run.watch)
+            stop(run.observer)
         await close_sessions(sessions)
 
 

@@ -16,7 +16,8 @@ package main
 // machine, same wall clock). The watch ends at --expect distinct counted events, after --idle
 // without a counted event (once one arrived), at --duration, or when every stream has ended.
 // --events-out writes one CSV line per counted event, "seq,sent_ns,receive_ns", for joining
-// with another watcher's or the writer's log.
+// with another watcher's or the writer's log. SIGTERM or SIGINT stop the watch as --duration
+// does (stop reason "signal"): the report and the CSV are still written.
 
 import (
 	"context"
@@ -26,9 +27,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -158,7 +161,7 @@ type watchReport struct {
 	LastRecvNs  int64          `json:"last_receive_ns"`
 	Lag         latencySummary `json:"lag_ms"`
 	LagBySecond []lagSecond    `json:"lag_by_second"`
-	StopReason  string         `json:"stop_reason"` // expected | idle | duration | streams-ended
+	StopReason  string         `json:"stop_reason"` // expected | idle | duration | streams-ended | signal
 	WatchedSecs float64        `json:"watched_seconds"`
 	CPUSeconds  float64        `json:"cpu_seconds"`
 	Fatal       string         `json:"fatal,omitempty"`
@@ -407,9 +410,15 @@ func runWatch(o watchOptions, stderr io.Writer) (watchReport, error) {
 	defer deadline.Stop()
 	tick := time.NewTicker(watchTick)
 	defer tick.Stop()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 wait:
 	for {
 		select {
+		case <-sigs:
+			report.StopReason = "signal"
+			break wait
 		case <-reached:
 			report.StopReason = "expected"
 			break wait
