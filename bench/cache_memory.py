@@ -74,6 +74,22 @@ async def heap_inuse(session: aiohttp.ClientSession, server: str) -> int | None:
     return None
 
 
+def cache_figures(entry: dict[str, Any], growth: int, hwm: int) -> dict[str, Any]:
+    """A cache's figures from its /debug/caches `entry` and the proxy's RSS `growth` (bytes)
+    while it filled: objects, cached bytes, RSS growth in all, per object and per cached byte,
+    and the proxy's peak RSS (`hwm` bytes)."""
+    objects, cache_bytes = entry["objects"], entry["bytes"]
+    return {
+        "objects": objects,
+        "cache_bytes": cache_bytes,
+        "cache_bytes_per_object": round(cache_bytes / max(objects, 1)),
+        "rss_growth_mib": mib(growth),
+        "rss_growth_per_object_bytes": round(growth / max(objects, 1)),
+        "rss_growth_per_cache_byte": round(growth / max(cache_bytes, 1), 3),
+        "rss_peak_hwm_mib": mib(hwm),
+    }
+
+
 async def measure(setup: Setup, args: argparse.Namespace) -> dict[str, Any]:
     every = args.selected_every
     base = BUILDERS[args.kind]
@@ -106,19 +122,11 @@ async def measure(setup: Setup, args: argparse.Namespace) -> dict[str, Any]:
 
         out: dict[str, Any] = {"nodes": args.nodes, "node_kind": args.kind, "create_seconds": round(took, 1)}
         for k in proxies:
-            growth = after[k] - before[k]
-            objects, cache_bytes = caches[k]["objects"], caches[k]["bytes"]
             out[f"proxy_{k}"] = {
                 "label_selector": caches[k]["labelSelector"],
-                "objects": objects,
-                "cache_bytes": cache_bytes,
-                "cache_bytes_per_object": round(cache_bytes / max(objects, 1)),
                 "rss_before_mib": mib(before[k]),
                 "rss_after_mib": mib(after[k]),
-                "rss_growth_mib": mib(growth),
-                "rss_growth_per_object_bytes": round(growth / max(objects, 1)),
-                "rss_growth_per_cache_byte": round(growth / max(cache_bytes, 1), 3),
-                "rss_peak_hwm_mib": mib(hwm_bytes(pids[k])),
+                **cache_figures(caches[k], after[k] - before[k], hwm_bytes(pids[k])),
             }
         peer_growth = peer_after - peer_before
         out["direct_apiserver"] = {
@@ -147,14 +155,8 @@ async def measure(setup: Setup, args: argparse.Namespace) -> dict[str, Any]:
         with_twin = rss_bytes(pids["all"])
         out["proxy_all_protobuf_twin"] = {
             "fill_seconds": round(filled_s, 1),
-            "objects": twin["objects"],
-            "cache_bytes": twin["bytes"],
-            "cache_bytes_per_object": round(twin["bytes"] / max(twin["objects"], 1)),
             "rss_after_mib": mib(with_twin),
-            "rss_growth_mib": mib(with_twin - after["all"]),
-            "rss_growth_per_object_bytes": round((with_twin - after["all"]) / max(twin["objects"], 1)),
-            "rss_growth_per_cache_byte": round((with_twin - after["all"]) / max(twin["bytes"], 1), 3),
-            "rss_peak_hwm_mib": mib(hwm_bytes(pids["all"])),
+            **cache_figures(twin, with_twin - after["all"], hwm_bytes(pids["all"])),
         }
         log(f"protobuf twin: {out['proxy_all_protobuf_twin']}")
 
@@ -201,23 +203,10 @@ async def measure_leases(setup: Setup, sessions: dict[str, aiohttp.ClientSession
     await asyncio.sleep(args.settle)
     with_twin = rss_bytes(pid)
     out = {
-        "objects": cache["objects"],
-        "cache_bytes_per_object": round(cache["bytes"] / max(cache["objects"], 1)),
-        "rss_growth_mib": mib(after - before),
-        "rss_growth_per_object_bytes": round((after - before) / args.nodes),
-        "rss_growth_per_cache_byte": round((after - before) / max(cache["bytes"], 1), 3),
-        "rss_peak_hwm_mib": mib(hwm),
+        **cache_figures(cache, after - before, hwm),
         "rss_before_mib": mib(before),
         "peer_rss_growth_per_object_bytes": round((peer_after - peer_before) / args.nodes),
-        "protobuf_twin": {
-            "fill_seconds": round(filled_s, 1),
-            "objects": twin["objects"],
-            "cache_bytes_per_object": round(twin["bytes"] / max(twin["objects"], 1)),
-            "rss_growth_mib": mib(with_twin - after),
-            "rss_growth_per_object_bytes": round((with_twin - after) / args.nodes),
-            "rss_growth_per_cache_byte": round((with_twin - after) / max(twin["bytes"], 1), 3),
-            "rss_peak_hwm_mib": mib(hwm_bytes(pid)),
-        },
+        "protobuf_twin": {"fill_seconds": round(filled_s, 1), **cache_figures(twin, with_twin - after, hwm_bytes(pid))},
     }
     log(f"node leases: {out}")
     return out

@@ -125,33 +125,16 @@ def _stalls(cases: list[dict[str, Any]], key: str) -> str:
 
 def render_cache_memory(doc: dict[str, Any], path: Path | None = None) -> str:
     r = doc["result"]
-    rows = []
-    for key, label in (("proxy_all", "proxy, all nodes"), ("proxy_selected", "proxy, `bench-keep=yes` (1 in 10)")):
-        p = r[key]
-        rows.append([
-            label, _f(p["objects"]), _f(p["cache_bytes_per_object"]), _f(p["rss_growth_mib"]),
-            _f(p["rss_growth_per_object_bytes"]), _f(p["rss_growth_per_cache_byte"], 2), _f(p["rss_peak_hwm_mib"]),
-        ])
-    twin = r.get("proxy_all_protobuf_twin")
-    if twin:
-        rows.append([
-            "proxy, all nodes: their protobuf twin (on top of the row above)", _f(twin["objects"]),
-            _f(twin["cache_bytes_per_object"]), _f(twin["rss_growth_mib"]), _f(twin["rss_growth_per_object_bytes"]),
-            _f(twin["rss_growth_per_cache_byte"], 2), _f(twin["rss_peak_hwm_mib"]),
-        ])
-    leases = r.get("proxy_leases")
-    if leases:
-        lt = leases["protobuf_twin"]
-        rows.append([
-            "proxy, node Leases (one per node)", _f(leases["objects"]), _f(leases["cache_bytes_per_object"]),
-            _f(leases["rss_growth_mib"]), _f(leases["rss_growth_per_object_bytes"]), _f(leases["rss_growth_per_cache_byte"], 2),
-            _f(leases["rss_peak_hwm_mib"]),
-        ])
-        rows.append([
-            "proxy, node Leases: their protobuf twin", _f(lt["objects"]), _f(lt["cache_bytes_per_object"]),
-            _f(lt["rss_growth_mib"]), _f(lt["rss_growth_per_object_bytes"]), _f(lt["rss_growth_per_cache_byte"], 2),
-            _f(lt["rss_peak_hwm_mib"]),
-        ])
+    def cache_row(label: str, p: dict[str, Any]) -> list[str]:  # bench.cache_memory.cache_figures
+        return [label, _f(p["objects"]), _f(p["cache_bytes_per_object"]), _f(p["rss_growth_mib"]),
+                _f(p["rss_growth_per_object_bytes"]), _f(p["rss_growth_per_cache_byte"], 2), _f(p["rss_peak_hwm_mib"])]
+
+    rows = [cache_row("proxy, all nodes", r["proxy_all"]), cache_row("proxy, `bench-keep=yes` (1 in 10)", r["proxy_selected"])]
+    if twin := r.get("proxy_all_protobuf_twin"):
+        rows.append(cache_row("proxy, all nodes: their protobuf twin (on top of the row above)", twin))
+    if leases := r.get("proxy_leases"):
+        rows.append(cache_row("proxy, node Leases (one per node)", leases))
+        rows.append(cache_row("proxy, node Leases: their protobuf twin", leases["protobuf_twin"]))
     late = r["proxy_all_started_after"]
     rows.append([
         "proxy, all nodes, started after they exist", _f(late["objects"]), "", _f(late["rss_growth_vs_empty_baseline_mib"]),

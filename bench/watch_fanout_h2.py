@@ -163,10 +163,15 @@ def observer_run(side: str) -> str:
     return f"{NAME}-{side}"
 
 
-def side_partitions(side: str, names: list[str]) -> list[str]:
-    """The partitions holding `side`'s nodes: rp1, rp2 (a node's name starts with its
+def holder(side: str, node: str) -> str:
+    """The partition holding `node` on `side`: rp1 or rp2 (a node's name starts with its
     partition's) for the proxy, the peer for direct."""
-    return sorted({n[:3] for n in names}) if side == "proxy" else [PEER]
+    return node[:3] if side == "proxy" else PEER
+
+
+def side_partitions(side: str, names: list[str]) -> list[str]:
+    """The partitions holding `side`'s nodes."""
+    return sorted({holder(side, n) for n in names})
 
 
 async def patch_nodes(setup: Setup, sessions: dict[str, aiohttp.ClientSession], side: str, nodes: list[str],
@@ -178,7 +183,7 @@ async def patch_nodes(setup: Setup, sessions: dict[str, aiohttp.ClientSession], 
 
     async def one(node: str, seq: int) -> None:
         nonlocal failed
-        partition = node[:3] if side == "proxy" else PEER
+        partition = holder(side, node)
         url = f"{setup.server(partition)}/api/v1/nodes/{node}"
         stamp = str(time.time_ns())
         body = orjson.dumps({"metadata": {"annotations": {
