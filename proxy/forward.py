@@ -22,7 +22,7 @@ from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
 from proxy.clients.partition import RequestClass, UpstreamResponse
 from proxy.context import ProxyContext
-from proxy.headers import downstream_response_headers, upstream_request_headers
+from proxy.headers import downstream_raw_headers, upstream_header_block
 from proxy.messages import Answer, Exchange
 from proxy.rv_epochs import ResourceVersions
 from routing import protobuf as pb
@@ -117,7 +117,6 @@ async def forward(ex: Exchange, ctx: ProxyContext) -> None:
     partition = route.partitions[0]
     client = ctx.clients[partition]
     ex.target = partition
-    headers = upstream_request_headers(request.headers)
     query_string = request.query_string
     body: bytes | AsyncIterator[bytes] | None = ex.body
     merged = bool(route.rv_space) and partition in route.rv_space
@@ -125,20 +124,21 @@ async def forward(ex: Exchange, ctx: ProxyContext) -> None:
         accept = translate.without_cbor(request.headers.get("Accept", ""))
         if accept is None:
             return await ex.respond(answers.not_acceptable())
-        if accept:
-            headers["Accept"] = accept
-        headers.pop("Accept-Encoding", None)  # answers are rewritten: ask for them plain
+        # answers are rewritten: asked for plain (no Accept-Encoding)
+        headers = upstream_header_block(request.headers, replace={"accept": accept or None, "accept-encoding": None})
         try:
             query_string, body = await _translate_request(ex, ctx.rv, route.slot(partition), ctx.rv.codec(route.rv_space))
         except _Refused as refused:
             return await ex.respond(refused.answer)
+    else:
+        headers = upstream_header_block(request.headers)
     if body is None and request.body.can_read:
         body = request.body.chunks()
 
     kind = RequestClass.WATCH if ex.long_running else RequestClass.REQUEST
     try:
         async with client.request(
-            request.method, info.upstream_path, query=query_string, headers=headers, identity=ex.identity, body=body, kind=kind
+            request.method, info.upstream_path, query=query_string, header_block=headers, identity=ex.identity, body=body, kind=kind
         ) as answer:
             to_proxy = object_translator(ctx.rv.codec(route.rv_space), route.slot(partition)) if merged else None
             await _pass_on(ex, ctx, answer, to_proxy)
@@ -161,10 +161,10 @@ async def _pass_on(ex: Exchange, ctx: ProxyContext, answer: UpstreamResponse, to
                 raw = rewrite(raw)
             except pb.ProtobufError:
                 pass  # not an object kube-apiserver would send: passed on as it came
-            headers = downstream_response_headers(answer.headers, keep_length=False)
+            headers = downstream_raw_headers(answer.raw_headers, keep_length=False)
             return await ex.respond(Answer(answer.status, raw, headers, content_type=None))
     stream = translate.stream_translator(answer.content_type, to_proxy) if to_proxy is not None else None
-    await ex.writer.start(answer.status, downstream_response_headers(answer.headers, keep_length=stream is None))
+    await ex.writer.start(answer.status, downstream_raw_headers(answer.raw_headers, keep_length=stream is None))
     with ctx.stream(answer.close):  # a shutdown ends the stream cleanly
         try:
             async for chunk in answer.chunks():

@@ -7,7 +7,11 @@ own: a client cannot choose who it is upstream.
 
 from __future__ import annotations
 
+import functools
+
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy.clients.partition import InvalidRequest
 
 HOP_BY_HOP = frozenset(
     h.lower()
@@ -24,8 +28,11 @@ HOP_BY_HOP = frozenset(
     )
 )
 _IDENTITY_PREFIXES = ("impersonate-", "x-remote-")
-# Recomputed by aiohttp for the new message.
+# Recomputed by the transport for the new message.
 _RECOMPUTED = frozenset({"host", "content-length"})
+_NEVER_UPSTREAM = HOP_BY_HOP | _RECOMPUTED | {"authorization"}
+# An answer's hop-by-hop fields as the transport receives them (lower-cased bytes).
+_HOP_BY_HOP_BYTES = frozenset(h.encode() for h in HOP_BY_HOP)
 
 
 def _connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> set[str]:
@@ -34,13 +41,59 @@ def _connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> set
 
 def upstream_request_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
     """The client's headers minus hop-by-hop, identity and recomputed ones."""
-    drop = HOP_BY_HOP | _RECOMPUTED | _connection_tokens(headers)
     out: CIMultiDict[str] = CIMultiDict()
-    for key, value in headers.items():
-        lower = key.lower()
-        if lower in drop or lower == "authorization" or lower.startswith(_IDENTITY_PREFIXES):
-            continue
+    for key, value in _upstream_fields(headers, ()):
         out.add(key, value)
+    return out
+
+
+def upstream_header_block(headers: CIMultiDictProxy[str], *, replace: dict[str, str | None] | None = None) -> str:
+    """What `upstream_request_headers` keeps, written as HTTP/1.1 header lines (each ending in
+    CRLF) for `PartitionClient.request(header_block=...)`: the forward's hot path, one string
+    instead of a header map copied twice. `replace` sets (a value) or removes (None) headers by
+    lower-case name. Raises InvalidRequest for a value with a line break (the fronts' parsers
+    refuse those first)."""
+    replace = replace or {}
+    fields = [f"{key}: {value}" for key, value in _upstream_fields(headers, replace)]
+    fields += (f"{key}: {value}" for key, value in replace.items() if value is not None)
+    if not fields:
+        return ""
+    block = "\r\n".join(fields) + "\r\n"
+    if block.count("\n") != len(fields) or block.count("\r") != len(fields):
+        raise InvalidRequest("a header contains a line break")
+    return block
+
+
+def _upstream_fields(headers: CIMultiDictProxy[str], leave_out: tuple[str, ...] | dict[str, str | None]) -> list[tuple[str, str]]:
+    connection = _connection_tokens(headers) if "Connection" in headers else ()
+    out = []
+    for key, value in headers.items():
+        lower = _may_go_upstream(key)
+        if lower is None or lower in connection or lower in leave_out:
+            continue
+        out.append((key, value))
+    return out
+
+
+@functools.lru_cache(maxsize=1024)  # names: clients send the same few on every request
+def _may_go_upstream(name: str) -> str | None:
+    """The lower-case `name`, or None for a header that never goes to a partition."""
+    lower = name.lower()
+    return None if lower in _NEVER_UPSTREAM or lower.startswith(_IDENTITY_PREFIXES) else lower
+
+
+def downstream_raw_headers(raw: list[tuple[bytes, bytes]], *, keep_length: bool) -> CIMultiDict[str]:
+    """`downstream_response_headers` of an answer's fields as the transport received them."""
+    connection: frozenset[bytes] | set[bytes] = frozenset()
+    for name, value in raw:
+        if len(name) == 10 and name.lower() == b"connection":
+            connection = {t.strip().lower() for t in value.split(b",")}
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in raw:
+        lower = name.lower()
+        if lower in _HOP_BY_HOP_BYTES or lower in connection or (not keep_length and lower == b"content-length"):
+            continue
+        out.add(name.decode("latin-1"), value.decode("latin-1"))
     return out
 
 

@@ -12,10 +12,8 @@ and NodeRestriction judge kubelets as themselves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-from multidict import CIMultiDict
 
 
 # Membership in it bypasses RBAC on the partitions: no client of the proxy may have it there.
@@ -24,9 +22,17 @@ MASTERS = "system:masters"
 
 @dataclass(frozen=True, slots=True)
 class Identity:
+    """A client's user, groups and uid. `impersonation` is its impersonation header block
+    (`Impersonate-User`, one `Impersonate-Group` per group, `Impersonate-Uid`; each line ending
+    in CRLF), written once per identity and sent with every request made for it."""
+
     user: str
     groups: tuple[str, ...]
     uid: str = ""
+    impersonation: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "impersonation", impersonation_block(self.user, self.groups, self.uid))
 
 
 def identity_from_peercert(peercert: dict[str, Any] | None) -> Identity | None:
@@ -46,10 +52,16 @@ def identity_from_peercert(peercert: dict[str, Any] | None) -> Identity | None:
     return Identity(user, tuple(groups))
 
 
-def add_impersonation(headers: CIMultiDict[str], identity: Identity) -> None:
-    """Add the impersonation headers for `identity` (the caller stripped the client's own)."""
-    headers["Impersonate-User"] = identity.user
-    for group in identity.groups:
-        headers.add("Impersonate-Group", group)
-    if identity.uid:
-        headers["Impersonate-Uid"] = identity.uid
+def impersonation_block(user: str, groups: tuple[str, ...], uid: str) -> str:
+    """The impersonation headers of an identity as HTTP/1.1 header lines (CRLF after each). A
+    line break inside a name would split the request: such a character is dropped (no
+    certificate or TokenReview gives one; kube-apiserver's own parser would refuse it)."""
+    lines = [f"Impersonate-User: {_one_line(user)}\r\n"]
+    lines += (f"Impersonate-Group: {_one_line(group)}\r\n" for group in groups)
+    if uid:
+        lines.append(f"Impersonate-Uid: {_one_line(uid)}\r\n")
+    return "".join(lines)
+
+
+def _one_line(value: str) -> str:
+    return value.replace("\r", "").replace("\n", "") if "\r" in value or "\n" in value else value

@@ -6,10 +6,12 @@ answer within its deadline) is marked down for `open_seconds`: calls it owns fai
 let through (half-open); its success closes the breaker, its failure opens it again. Calls owned
 by other partitions never notice.
 
-Callers never pair `allow()` with an outcome by hand: `PartitionClient` takes the trial in
-`attempt()`, a context manager that records the outcome on the way out, so no early return,
-cancellation or unexpected error can leave a half-open trial taken forever (which once cut a
-recovered partition off for good). Plain `def` methods, no awaits: every state change is atomic
+Callers outside this layer never pair `allow()` with an outcome by hand: `attempt()` is a
+context manager that records the outcome on the way out, so no early return, cancellation or
+unexpected error can leave a half-open trial taken forever (which once cut a recovered partition
+off for good). `PartitionClient`'s call (the hot path, where a generator-based context manager
+costs a measurable share of a request) pairs them in one `try` of its own with the same three
+outcomes: `success`, `failure`, `abandon`. Plain `def` methods, no awaits: every state change is atomic
 on the event loop. The clock is injected, so tests drive time by hand.
 """
 
@@ -71,7 +73,7 @@ class CircuitBreaker:
             self.failure()
             raise
         except BaseException:
-            self.trial_in_flight = False
+            self.abandon()
             raise
         self.success()
 
@@ -86,6 +88,10 @@ class CircuitBreaker:
     def success(self) -> None:
         self.consecutive = 0
         self.open_until = 0.0
+        self.trial_in_flight = False
+
+    def abandon(self) -> None:
+        """A call ended without a verdict (cancelled, or a bug): its half-open trial is free again."""
         self.trial_in_flight = False
 
     def failure(self) -> None:

@@ -1,11 +1,17 @@
 """`PartitionClient`: everything the proxy does to reach one partition.
 
-Owns, per partition: the aiohttp session (one per partition), the proxy's own
+Owns, per partition: the transport to each of its endpoints (`proxy.clients.transport`:
+persistent connections, a request in one write, llhttp parsing the answer), the proxy's own
 credential (client certificate and CA, or bearer token, from the partition's kubeconfig), its
 endpoints with failover (HA kube-apiservers), the circuit breaker, the timeouts of each request
 class, and the conversion of transport failures into the proxy's own errors
-(`proxy.clients.errors`). No other module touches aiohttp's client or the breaker (an
-import-linter contract in pyproject.toml says so).
+(`proxy.clients.errors`). Every call to a partition goes through here: forwards, union lists
+and watches, reflectors, reviews, the resourceVersion table. No other module touches the
+transport or the breaker (import-linter contracts in pyproject.toml say so).
+
+A request's head is written per call from parts made once: per endpoint the request line's end,
+Host and the proxy's credential; per identity its impersonation header block
+(`Identity.impersonation`).
 
 Every call is an async context manager that records its outcome with the breaker itself:
 
@@ -15,7 +21,8 @@ Every call is an async context manager that records its outcome with the breaker
 Entering raises `PartitionMarkedDown` (breaker open), `PartitionUnreachable` or
 `PartitionTimedOut` (after recording the failure); the answer's headers arriving records a
 success. A connection that cannot be made moves to the next endpoint at once, and a request
-whose body can be sent again (bytes, or none) is tried there too: nothing was sent. Reading the
+whose body can be sent again (bytes, or none) is tried there too: nothing was sent. A GET
+whose reused connection broke before any answer is sent once more on a new connection. Reading the
 body raises `StreamBroken` (mid-stream failures are not the partition failing: its breaker is
 not touched).
 
@@ -24,27 +31,27 @@ Request classes and their timeouts (seconds, `upstream.*` in the config):
 - WATCH: `request_timeout_seconds` until the answer's headers, then no total: the stream lives
   as long as its client keeps it, and `watch_inactivity_seconds` without a byte breaks it
   (kube-apiserver sends a bookmark about once a minute to a watch that asked for them). A dead
-  peer of a stream that did not ask for bookmarks is found by TCP keepalive (below).
+  peer of a stream that did not ask for bookmarks is found by TCP keepalive
+  (`proxy.clients.transport`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import socket
+import re
 import ssl
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, NamedTuple
 
-import aiohttp
 import orjson
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from config.models import FailureConfig, PartitionConfig, PartitionRole, UpstreamConfig
-from proxy.clients.breaker import CircuitBreaker, Refused
+from proxy.clients.breaker import CircuitBreaker
 from proxy.clients.credentials import Credentials, load_credentials
 from proxy.clients.errors import (
     PartitionMarkedDown,
@@ -53,19 +60,30 @@ from proxy.clients.errors import (
     StreamBroken,
     api_error,
 )
-from proxy.identity import Identity, add_impersonation
+from proxy.clients.transport import ConnectFailed, Endpoint, Exchange, TimedOut
+from proxy.identity import Identity
 
 # What counts as the partition failing: it could not be reached, broke the connection before
-# answering, or did not answer within the deadline. Any HTTP answer, even a 5xx, means it is up.
-_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-
-# TCP keepalive of every upstream connection: a peer that vanished without a reset (host down,
-# network cut) is noticed after IDLE + INTERVAL x COUNT seconds even on a silent watch.
-# seconds idle before the first probe; 30 s is well under kube-apiserver's 60 s bookmark period.
-_KEEPALIVE_IDLE = 30
-# seconds between probes, and probes without an answer before the connection is dropped.
-_KEEPALIVE_INTERVAL = 10
-_KEEPALIVE_COUNT = 3
+# answering, or did not answer within the deadline (the transport's errors are OSErrors, and so
+# is TimeoutError). Any HTTP answer, even a 5xx, means it is up.
+_TRANSPORT_ERRORS = (OSError,)
+# Methods whose request may be sent again on a new connection when a reused one broke before
+# any answer (RFC 9110 9.2.2 safe methods; net/http's `isReplayable` also requires no body).
+_REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
+# A request line or header that would split the request (a line break) or its target (white
+# space): refused before anything is sent (the fronts' parsers refuse them already; this is the
+# transport's own guard, as Go's net/http `validHeaderFieldValue`).
+_SPLITS_TARGET = re.compile(r"[\s]")
+# How often the transport checks its busy connections' deadlines (proxy.clients.transport): a
+# tenth of the shortest timeout, so a deadline fires at most 10 % late; seconds, between 10 ms
+# (tests with sub-second timeouts) and 1 s (the defaults: 60 s requests, a watch silent for
+# minutes).
+_TICKS_PER_TIMEOUT = 10
+_MIN_TICK = 0.01
+_MAX_TICK = 1.0
+# Headers the transport writes itself (framing and the proxy's own credential): never copied
+# from what a caller passes.
+_TRANSPORT_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "authorization"})
 
 
 class RequestClass(enum.Enum):
@@ -93,6 +111,11 @@ class Timeouts:
 Body = bytes | AsyncIterator[bytes] | None
 
 
+class InvalidRequest(ValueError):
+    """A path, query or header value that would split the request on the wire (a line break, or
+    white space in the target): nothing was sent. The caller answers 400."""
+
+
 class Whole(NamedTuple):
     """An answer read whole (`PartitionClient.read_whole`)."""
 
@@ -102,48 +125,52 @@ class Whole(NamedTuple):
 
 
 class UpstreamResponse:
-    """A partition's answer: `status`, `headers`, and the body, read whole (`read`) or as it
-    arrives (`chunks`). Closed by the `request()` block that made it."""
+    """A partition's answer: `status`, `headers` (or `raw_headers`, the fields as received), and
+    the body, read whole (`read`) or as it arrives (`chunks`). Closed by the `request()` block
+    that made it."""
 
-    __slots__ = ("partition", "status", "headers", "_response", "_inactivity")
+    __slots__ = ("partition", "status", "raw_headers", "_headers", "_exchange")
 
-    def __init__(self, partition: str, response: aiohttp.ClientResponse, inactivity: float | None) -> None:
+    def __init__(self, partition: str, exchange: Exchange) -> None:
         self.partition = partition
-        self.status = response.status
-        self.headers: CIMultiDictProxy[str] = response.headers
-        self._response = response
-        self._inactivity = inactivity
+        self.status = exchange.status
+        self.raw_headers = exchange.raw_headers
+        self._headers: CIMultiDictProxy[str] | None = None
+        self._exchange = exchange
+
+    @property
+    def headers(self) -> CIMultiDictProxy[str]:
+        """The header fields, decoded (made on first use)."""
+        if self._headers is None:
+            headers: CIMultiDict[str] = CIMultiDict()
+            for name, value in self.raw_headers:
+                headers.add(name.decode("latin-1"), value.decode("latin-1"))
+            self._headers = CIMultiDictProxy(headers)
+        return self._headers
 
     @property
     def content_type(self) -> str:
-        return self.headers.get("Content-Type", "")
+        for name, value in self.raw_headers:
+            if len(name) == 12 and name.lower() == b"content-type":
+                return value.decode("latin-1")
+        return ""
 
     async def read(self) -> bytes:
         """The whole body. Raises StreamBroken."""
         try:
-            return await self._response.read()
+            return await self._exchange.read()
         except _TRANSPORT_ERRORS as exc:
-            raise StreamBroken(self.partition, f"body broke: {type(exc).__name__}") from None
+            raise StreamBroken(self.partition, f"body broke: {exc}") from None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives, in the pieces the transport delivers. Ends at the end of the
         body; raises StreamBroken when it breaks or (a watch) stays silent past its inactivity
         timeout."""
-        content = self._response.content
-        while True:
-            try:
-                if self._inactivity is None:
-                    chunk = await content.readany()
-                else:
-                    async with asyncio.timeout(self._inactivity):
-                        chunk = await content.readany()
-            except TimeoutError:
-                raise StreamBroken(self.partition, f"no byte for {self._inactivity:g} s") from None
-            except _TRANSPORT_ERRORS as exc:
-                raise StreamBroken(self.partition, f"stream broke: {type(exc).__name__}") from None
-            if not chunk:
-                return
-            yield chunk
+        try:
+            async for chunk in self._exchange.chunks():
+                yield chunk
+        except _TRANSPORT_ERRORS as exc:
+            raise StreamBroken(self.partition, str(exc) if isinstance(exc, TimedOut) else f"stream broke: {exc}") from None
 
     async def json(self) -> Any:
         """The body decoded as JSON; a non-2xx answer raises its APIError. Raises StreamBroken,
@@ -155,19 +182,18 @@ class UpstreamResponse:
 
     def close(self) -> None:
         """Drop the connection (a stream the caller stops reading early)."""
-        self._response.close()
+        self._exchange.abort()
 
 
 class PartitionClient:
-    """See the module docstring. Built by `open_partition` (or by tests with a session and
-    credentials of their own)."""
+    """See the module docstring. Built by `open_partition` (or by tests with credentials of
+    their own)."""
 
     def __init__(
         self,
         *,
         name: str,
         role: PartitionRole,
-        session: aiohttp.ClientSession,
         credentials: Credentials,
         timeouts: Timeouts,
         breaker: CircuitBreaker,
@@ -176,15 +202,23 @@ class PartitionClient:
         self.role = role
         self.endpoints: tuple[URL, ...] = credentials.endpoints
         self.breaker = breaker
-        self._session = session
         self._auth = credentials.auth_header
         self._timeouts = timeouts
         self._current = 0
-        self._request_timeout = aiohttp.ClientTimeout(total=timeouts.request, sock_connect=timeouts.connect)
-        # A watch's total time is its client's to choose; its headers come within the request
-        # deadline (sock_read bounds each read until then; the stream's reads are bounded by
-        # the inactivity timeout in UpstreamResponse.chunks).
-        self._watch_timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect, sock_read=timeouts.request)
+        ssl_context = credentials.ssl_context if isinstance(credentials.ssl_context, ssl.SSLContext) else None
+        tick = min(_MAX_TICK, max(_MIN_TICK, min(timeouts.request, timeouts.watch_inactivity) / _TICKS_PER_TIMEOUT))
+        self._transports = tuple(
+            Endpoint(url.host or "", url.port or (443 if url.scheme == "https" else 80), ssl_context if url.scheme == "https" else None,
+                     connect_timeout=timeouts.connect, tick=tick)
+            for url in self.endpoints
+        )
+        # Per endpoint: what every request to it carries (the request line's end, Host, the
+        # proxy's own credential), computed once; `{prefix}` is the endpoint's path prefix.
+        self._prefixes = tuple(url.raw_path.rstrip("/") for url in self.endpoints)
+        self._fixed = tuple(
+            f" HTTP/1.1\r\nHost: {url.raw_authority}\r\n" + (f"Authorization: {self._auth}\r\n" if self._auth else "")
+            for url in self.endpoints
+        )
 
     @property
     def base_url(self) -> URL:
@@ -201,85 +235,110 @@ class PartitionClient:
         trial)."""
         return {"closed": "up", "open": "marked down", "half-open": "recovering"}[self.breaker.state]
 
+    @property
+    def connections(self) -> int:
+        """Connections open to the partition now, every endpoint's."""
+        return sum(t.connections for t in self._transports)
+
     def retry_after(self) -> int:
         return self.breaker.retry_after()
-
-    def url(self, path: str, query: str = "") -> URL:
-        """The URL of a path and query exactly as given (already percent-encoded)."""
-        text = str(self.base_url).rstrip("/") + path
-        return URL(text + "?" + query if query else text, encoded=True)
 
     def _rotate(self) -> None:
         """Use the next endpoint from now on (plain def: atomic)."""
         self._current = (self._current + 1) % len(self.endpoints)
 
-    def headers(self, base: CIMultiDict[str] | dict[str, str] | None = None, identity: Identity | None = None) -> CIMultiDict[str]:
-        """`base` plus the proxy's own credential and, for a client's request, its identity as
-        impersonation headers (`base` is already stripped of the client's identity headers)."""
-        headers: CIMultiDict[str] = CIMultiDict(base or ())
-        if self._auth:
-            headers["Authorization"] = self._auth
-        if identity is not None:
-            add_impersonation(headers, identity)
-        return headers
+    def _head(self, index: int, call: Call, body: Body) -> bytes:
+        """The request line and headers of `call` for endpoint `index`, ending in the blank
+        line. Raises InvalidRequest."""
+        method, headers = call.method, call.headers
+        target = f"{self._prefixes[index]}{call.path}?{call.query}" if call.query else self._prefixes[index] + call.path
+        if _SPLITS_TARGET.search(target):
+            raise InvalidRequest(f"the request target {target[:100]!r} contains white space")
+        lines = [method, " ", target, self._fixed[index], call.header_block]
+        if headers:
+            fields = [f"{key}: {value}" for key, value in headers.items() if key.lower() not in _TRANSPORT_HEADERS]
+            if fields:
+                block = "\r\n".join(fields)
+                if block.count("\n") >= len(fields) or block.count("\r") >= len(fields):
+                    raise InvalidRequest("a header contains a line break")
+                lines += (block, "\r\n")
+        if call.identity is not None:
+            lines.append(call.identity.impersonation)
+        if body is None:
+            if method in ("POST", "PUT", "PATCH"):
+                lines.append("Content-Length: 0\r\n")
+        elif isinstance(body, bytes):
+            lines += ("Content-Length: ", str(len(body)), "\r\n")
+        else:
+            lines.append("Transfer-Encoding: chunked\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("utf-8", "surrogateescape")
 
-    @asynccontextmanager
-    async def request(
+    def request(
         self,
         method: str,
         path: str,
         *,
         query: str = "",
-        headers: CIMultiDict[str] | dict[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        header_block: str = "",
         identity: Identity | None = None,
         body: Body = None,
         kind: RequestClass = RequestClass.REQUEST,
-    ) -> AsyncIterator[UpstreamResponse]:
-        """Send one request; yield its answer once the headers arrived (see the module
-        docstring). `path` and `query` are sent exactly as given (percent-encoded). A body
-        without Content-Type goes without one (aiohttp would add application/octet-stream,
-        which kube-apiserver refuses with 415). Raises PartitionMarkedDown,
-        PartitionUnreachable, PartitionTimedOut."""
-        sent = self.headers(headers, identity)
-        timeout = self._watch_timeout if kind is RequestClass.WATCH else self._request_timeout
+    ) -> Call:
+        """One request, as an async context manager: entering sends it and gives its answer
+        once the headers arrived (see the module docstring); leaving gives the connection back,
+        or drops it when the answer was not read to its end. `path` and `query` are sent
+        exactly as given (percent-encoded); `headers` go as given except the transport's own
+        (Host, framing, Authorization); `header_block`: more header lines already written
+        (`proxy.headers.upstream_header_block`, each ending in CRLF). A body without
+        Content-Type goes without one (kube-apiserver reads it as JSON). Entering raises
+        PartitionMarkedDown, PartitionUnreachable, PartitionTimedOut, InvalidRequest."""
+        return Call(self, method, path, query, headers, header_block, identity, body, kind)
+
+    async def _send(self, call: Call) -> Exchange:
+        """Send `call` (to the next endpoint when one cannot be reached), recording its outcome
+        with the breaker. Raises as `request`."""
+        timeouts, breaker = self._timeouts, self.breaker
+        watch = call.kind is RequestClass.WATCH
+        body = call.body
         replayable = body is None or isinstance(body, bytes)
         attempts = len(self.endpoints)
         while True:
-            url = self.url(path, query)
+            index = self._current
+            head = self._head(index, call, body)
+            if not breaker.allow():
+                raise PartitionMarkedDown(self.name, "marked down after repeated failures", self.retry_after(), breaker.remaining())
             try:
-                with self.breaker.attempt(_TRANSPORT_ERRORS):
-                    response = await self._session.request(
-                        method, url, headers=sent, data=body, timeout=timeout, allow_redirects=False,
-                        skip_auto_headers=("Content-Type",),
-                    )
-                break
-            except Refused:
-                raise PartitionMarkedDown(
-                    self.name, "marked down after repeated failures", self.retry_after(), self.breaker.remaining()
-                ) from None
-            except aiohttp.ClientConnectorError as exc:
+                exchange = await self._transports[index].exchange(
+                    head, body, head_timeout=timeouts.request, total_timeout=None if watch else timeouts.request,
+                    inactivity=timeouts.watch_inactivity if watch else None,
+                    replayable=replayable and call.method in _REPLAYABLE,
+                )
+            except ConnectFailed as exc:
+                breaker.failure()
                 # Nothing was sent: the next endpoint may take the request, even a mutating one.
                 self._rotate()
                 attempts -= 1
                 if attempts <= 0 or not replayable:
-                    raise PartitionUnreachable(self.name, type(exc).__name__, self.retry_after()) from None
-            except asyncio.TimeoutError:
+                    raise PartitionUnreachable(self.name, str(exc), self.retry_after()) from None
+                continue
+            except TimedOut:
+                breaker.failure()
                 self._rotate()
                 raise PartitionTimedOut(self.name, "no answer within its deadline", self.retry_after()) from None
-            except _TRANSPORT_ERRORS as exc:
+            except OSError as exc:
+                breaker.failure()
                 self._rotate()
-                raise PartitionUnreachable(self.name, type(exc).__name__, self.retry_after()) from None
-        answer = UpstreamResponse(self.name, response, self._timeouts.watch_inactivity if kind is RequestClass.WATCH else None)
-        try:
-            yield answer
-        except BaseException:
-            response.close()
-            raise
-        finally:
-            response.release()
+                raise PartitionUnreachable(self.name, str(exc) or type(exc).__name__, self.retry_after()) from None
+            except BaseException:
+                breaker.abandon()
+                raise
+            breaker.success()
+            return exchange
 
     async def read_whole(
-        self, method: str, path: str, *, query: str = "", headers: CIMultiDict[str] | dict[str, str] | None = None,
+        self, method: str, path: str, *, query: str = "", headers: Mapping[str, str] | None = None,
         identity: Identity | None = None, body: bytes | None = None,
     ) -> Whole:
         """One request whose answer is read whole (a client's request the proxy must look at
@@ -302,29 +361,39 @@ class PartitionClient:
             return await answer.json()
 
     async def close(self) -> None:
-        await self._session.close()
+        for transport in self._transports:
+            transport.close()
 
 
-def _keepalive_socket(addr_info: Any) -> socket.socket:
-    """aiohttp's socket factory with TCP keepalive on (see _KEEPALIVE_*)."""
-    family, type_, proto, _, _ = addr_info
-    sock = socket.socket(family=family, type=type_, proto=proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for option, value in (("TCP_KEEPIDLE", _KEEPALIVE_IDLE), ("TCP_KEEPINTVL", _KEEPALIVE_INTERVAL), ("TCP_KEEPCNT", _KEEPALIVE_COUNT)):
-        if hasattr(socket, option):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
-    return sock
+class Call:
+    """One request of `PartitionClient.request`: an async context manager (a class, not a
+    generator: it is on every request's path)."""
 
+    __slots__ = ("_client", "method", "path", "query", "headers", "header_block", "identity", "body", "kind", "_exchange")
 
-def new_session(ssl_context: ssl.SSLContext | bool) -> aiohttp.ClientSession:
-    """A session for one partition: no connection cap (each downstream watch that is not served
-    from a cache holds one upstream connection; in-flight limits bound them), bodies passed
-    on as they come (no decompression), no headers of aiohttp's own, and no cookie jar: the
-    session serves every client, so a cookie set in one client's answer (by a load balancer in
-    front of HA kube-apiservers, say) must not ride along with the next client's requests."""
-    connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0, enable_cleanup_closed=True, socket_factory=_keepalive_socket)
-    return aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"),
-                                 cookie_jar=aiohttp.DummyCookieJar())
+    def __init__(self, client: PartitionClient, method: str, path: str, query: str, headers: Mapping[str, str] | None,
+                 header_block: str, identity: Identity | None, body: Body, kind: RequestClass) -> None:
+        self._client = client
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.header_block = header_block
+        self.identity = identity
+        self.body = body
+        self.kind = kind
+        self._exchange: Exchange | None = None
+
+    async def __aenter__(self) -> UpstreamResponse:
+        self._exchange = await self._client._send(self)
+        return UpstreamResponse(self._client.name, self._exchange)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        exchange = self._exchange
+        if exchange is not None:
+            if exc_type is not None:
+                exchange.abort()
+            exchange.finish()
 
 
 async def open_partition(
@@ -334,8 +403,8 @@ async def open_partition(
     *,
     clock: Callable[[], float] | None = None,
 ) -> PartitionClient:
-    """The client of a configured partition: its kubeconfig loaded, its session open. Raises
-    OSError or ValueError (from the kubeconfig loader) when the kubeconfig is unusable."""
+    """The client of a configured partition: its kubeconfig loaded. Raises OSError or
+    ValueError (from the kubeconfig loader) when the kubeconfig is unusable."""
     credentials = await load_credentials(partition.kubeconfig, extra_servers=partition.extra_servers)
     breaker = CircuitBreaker(failure.breaker_failures, failure.breaker_open_seconds)
     if clock is not None:
@@ -343,7 +412,6 @@ async def open_partition(
     return PartitionClient(
         name=partition.name,
         role=partition.role,
-        session=new_session(credentials.ssl_context),
         credentials=credentials,
         timeouts=Timeouts.from_config(upstream),
         breaker=breaker,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from proxy import answers
 from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
 from proxy.cache.watch_cache import WatchCache
+from proxy.clients.partition import InvalidRequest
 from proxy.context import ProxyContext
 from proxy.discovery_merge import serve_discovery
 from proxy.forward import forward
@@ -38,6 +39,13 @@ class Dispatch:
         self.ctx = ctx
 
     async def __call__(self, ex: Exchange) -> None:
+        try:
+            await self._dispatch(ex)
+        except InvalidRequest as exc:  # a path or header the wire cannot carry: nothing was sent
+            if not ex.writer.started:
+                await ex.respond(answers.bad_request(str(exc)))
+
+    async def _dispatch(self, ex: Exchange) -> None:
         route = ex.route
         assert route is not None
         if ex.info.verb in _CACHE_VERBS and await self._from_cache(ex):

@@ -30,7 +30,7 @@ from proxy.clients.errors import (
     StreamBroken,
     api_error,
 )
-from proxy.clients.partition import PartitionClient, RequestClass, Timeouts, new_session
+from proxy.clients.partition import PartitionClient, RequestClass, Timeouts
 from proxy.identity import Identity
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
@@ -61,7 +61,6 @@ async def make_client() -> AsyncIterator[MakeClient]:
         client = PartitionClient(
             name="tp1",
             role=PartitionRole.TENANT,
-            session=new_session(False),
             credentials=Credentials(endpoints=endpoints, ssl_context=False, auth_header=token),
             timeouts=Timeouts(connect=1.0, request=request, watch_inactivity=inactivity),
             breaker=CircuitBreaker(failures, 5.0, clock=clock or Clock()),

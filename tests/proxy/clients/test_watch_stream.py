@@ -16,7 +16,7 @@ from config.models import PartitionRole
 from proxy.clients.breaker import CircuitBreaker
 from proxy.clients.credentials import Credentials
 from proxy.clients.errors import APIExpired
-from proxy.clients.partition import PartitionClient, Timeouts, new_session
+from proxy.clients.partition import PartitionClient, Timeouts
 from proxy.clients.watch import Backoff, WatchStream, with_bookmarks
 from routing import protobuf as pb
 
@@ -32,7 +32,7 @@ async def client_for(aiohttp_server: ServerFactory) -> AsyncIterator[Callable[..
         app.router.add_get("/{tail:.*}", handler)
         server = await aiohttp_server(app)
         client = PartitionClient(
-            name="rp1", role=PartitionRole.RESOURCE, session=new_session(False),
+            name="rp1", role=PartitionRole.RESOURCE,
             credentials=Credentials(endpoints=(URL(str(server.make_url("/"))),), ssl_context=False, auth_header=None),
             timeouts=Timeouts(connect=1.0, request=5.0, watch_inactivity=inactivity),
             breaker=CircuitBreaker(3, 5.0),

@@ -1,0 +1,503 @@
+"""The partition transport: persistent HTTP/1.1 connections to one partition endpoint, a request
+written in one write, the answer parsed by llhttp (httptools).
+
+Owns, per endpoint: a pool of idle keep-alive connections (TLS, TCP keepalive), opening new ones
+when none is idle, and the wire exchange of one request at a time per connection (no
+pipelining, as Go's net/http and aiohttp). Owns no policy: which endpoint, the circuit breaker,
+what an error means to the caller, and the request's headers are `proxy.clients.partition`'s.
+
+Why not aiohttp's ClientSession (which this replaced): on this machine's 2 cores it spent
+~0.08 ms of CPU per forwarded GET more than this module, most of it in building its request
+(URL objects, header normalisation, the cookie jar, the tracing hooks) and its response
+(`bench/transport_cpu.py` measures the three candidates the design allows: aiohttp's client,
+this module, and pyreqwest; see `bench/README.md`). A connection here costs one Protocol, one
+llhttp parser and its buffers.
+
+Shapes:
+- `Endpoint.exchange(head, body, ...)` sends `head` (the request line and headers, ending in a
+  blank line, already encoded) and the body (bytes, in the same write; or an async iterator,
+  sent chunked as it comes), and returns an `Exchange` once the answer's status and headers
+  arrived. The body is read from the exchange whole (`read`) or as it arrives (`chunks`).
+- Deadlines (seconds): `connect` for the TCP and TLS handshakes; `head` until the answer's
+  headers; then either `total` (from the send until the answer is read whole) or `inactivity`
+  (a stream: no byte for that long breaks it).
+
+Errors: `ConnectFailed` (nothing was sent: the next endpoint may take the request),
+`TimedOut`, `ConnectionBroke` (reset, closed or malformed before or during the answer). All are
+`OSError`s, so a caller that catches OSError catches every transport failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import cast
+
+import httptools
+
+# TCP keepalive of every connection: a peer that vanished without a reset (host down, network
+# cut) is noticed after IDLE + INTERVAL x COUNT seconds even on a silent watch.
+# seconds idle before the first probe; 30 s is well under kube-apiserver's 60 s bookmark period.
+_KEEPALIVE_IDLE = 30
+# seconds between probes, and probes without an answer before the connection is dropped.
+_KEEPALIVE_INTERVAL = 10
+_KEEPALIVE_COUNT = 3
+# bytes of an answer's body received but not yet taken by its reader before the connection
+# stops reading (TCP backpressure to the partition); a watch burst of a few hundred events.
+# asyncio's StreamReader pauses at 2 x 64 KiB; a kube-apiserver LIST chunk is up to 500 items.
+_READ_HIGH_WATER = 256 * 1024
+# idle connections kept per endpoint: enough for the proxy's concurrency towards one partition
+# (client-go keeps 25 per host, `MaxIdleConnsPerHost`); beyond it a released connection closes.
+MAX_IDLE_PER_ENDPOINT = 64
+# seconds an idle connection may wait for its next request: below kube-apiserver's own idle
+# timeout (90 s, `IdleTimeout` in k8s.io/apiserver/pkg/server/secure_serving.go), so the proxy
+# never reuses a connection the partition is closing at that moment.
+IDLE_SECONDS = 60.0
+
+
+_NEVER = float("inf")
+RawHeaders = list[tuple[bytes, bytes]]  # an answer's header fields as received: (name, value)
+
+
+class TransportError(OSError):
+    """A transport failure (base class)."""
+
+
+class ConnectFailed(TransportError):
+    """The connection could not be made (refused, unreachable, TLS handshake, connect deadline):
+    nothing of the request was sent."""
+
+
+class ConnectionBroke(TransportError):
+    """The connection was reset or closed, or the answer was malformed, before the answer ended."""
+
+
+class TimedOut(TransportError):
+    """A deadline passed: no answer's headers (or, for a whole answer, not all of it) in time."""
+
+
+class InactivityTimeout(TimedOut):
+    """A stream sent no byte for longer than its inactivity timeout."""
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection and the answer it is receiving (the parser's callbacks)."""
+
+    __slots__ = (
+        "_endpoint", "_parser", "transport", "closed", "_headers", "head", "_chunks", "_buffered", "_waiter",
+        "complete", "error", "keep_alive", "_paused", "_drain", "deadline", "_why", "_last_read", "_inactivity", "idle_since", "loop",
+    )
+
+    def __init__(self, endpoint: Endpoint, loop: asyncio.AbstractEventLoop) -> None:
+        self._endpoint = endpoint
+        self.loop = loop
+        self._parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._headers: list[tuple[bytes, bytes]] = []
+        self.head: asyncio.Future[tuple[int, RawHeaders]] | None = None
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self.complete = False
+        self.error: BaseException | None = None
+        self.keep_alive = False
+        self._paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self.deadline = _NEVER  # loop time by which the answer (or its headers) must have come
+        self._why = ""  # what passing the deadline means, for the error
+        self._last_read = 0.0
+        self._inactivity = 0.0
+        self.idle_since = 0.0  # loop time it went back to its pool
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is no asyncio.Transport subclass
+
+    def data_received(self, data: bytes) -> None:
+        if self._inactivity:
+            self._last_read = self.loop.time()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(ConnectionBroke(f"malformed answer: {exc}"))
+        except httptools.HttpParserUpgrade:
+            self._fail(ConnectionBroke("the partition upgraded the connection"))
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: a half-closed connection carries nothing more
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._endpoint.forget(self)
+        if not self.complete and (self.head is not None or self._waiter is not None):
+            self._fail(ConnectionBroke(f"connection closed: {exc}" if exc else "connection closed by the partition"))
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(ConnectionBroke("connection closed while sending"))
+
+    def pause_writing(self) -> None:
+        self._drain = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._drain = None
+
+    # -- llhttp callbacks (httptools) --------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        raw, self._headers = self._headers, []
+        head = self.head
+        if head is not None and not head.done():
+            head.set_result((self._parser.get_status_code(), raw))
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > _READ_HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep_alive = self._parser.should_keep_alive()  # llhttp forgets it once the message ends
+        self.deadline = _NEVER
+        self._wake()
+
+    # -- the exchange ------------------------------------------------------------------------
+
+    def begin(self, *, head_timeout: float) -> asyncio.Future[tuple[int, RawHeaders]]:
+        """Reset for a new request; the future of its answer's status and headers."""
+        loop = self.loop
+        self.complete = False
+        self.error = None
+        self.keep_alive = False
+        self._chunks.clear()
+        self._buffered = 0
+        self._inactivity = 0.0
+        self.head = loop.create_future()
+        self.deadline, self._why = loop.time() + head_timeout, "no answer within its deadline"
+        self._endpoint.busy(self)
+        return self.head
+
+    def answering(self, *, total_deadline: float | None, inactivity: float | None) -> None:
+        """The headers arrived: from now on the body's deadline (loop time) or inactivity timeout."""
+        self.deadline = _NEVER
+        if self.complete:
+            return
+        if total_deadline is not None:
+            self.deadline, self._why = total_deadline, "the answer did not end within its deadline"
+        elif inactivity is not None:
+            self._inactivity = inactivity
+            self._last_read = self.loop.time()
+
+    def check(self, now: float) -> None:
+        """Fail the answer if its deadline passed or its stream went silent (the endpoint's
+        sweep calls this every tick while the connection is busy)."""
+        if self.complete or self.closed:
+            return
+        if now >= self.deadline:
+            self._fail(TimedOut(self._why))
+        elif self._inactivity and now - self._last_read >= self._inactivity:
+            self._fail(InactivityTimeout(f"no byte for {self._inactivity:g} s"))
+
+    def _fail(self, error: BaseException) -> None:
+        """The answer cannot go on: wake its reader with `error`, drop the connection."""
+        if self.error is None:
+            self.error = error
+        head = self.head
+        if head is not None and not head.done():
+            head.set_exception(error)
+        self._wake()
+        self.abort()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def take(self) -> bytes:
+        """The body bytes received and not yet taken ("" when none), resuming reading."""
+        if not self._chunks:
+            return b""
+        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def wait(self) -> None:
+        """Until more body bytes, the answer's end or a failure."""
+        if self._chunks or self.complete or self.error is not None:
+            return
+        self._waiter = self.loop.create_future()
+        await self._waiter
+
+    async def drain(self) -> None:
+        if self._drain is not None:
+            await self._drain
+
+    def finish(self) -> None:
+        """The caller is done with the answer: the connection goes back to its endpoint's pool if
+        the answer ended cleanly and may be followed by another, else it is closed."""
+        self._endpoint.idle(self)
+        self.head = None
+        self._waiter = None
+        if self.complete and self.keep_alive and self.error is None and not self.closed:
+            self._chunks.clear()
+            self._buffered = 0
+            if self._paused and self.transport is not None:
+                self._paused = False
+                self.transport.resume_reading()
+            self._endpoint.release(self)
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+            self._endpoint.forget(self)
+
+
+class Exchange:
+    """One request's answer on a connection: `status`, `raw_headers` (name and value bytes as
+    received, in order), the body whole (`read`) or as it arrives (`chunks`). `finish` (always,
+    exactly once) gives the connection back or drops it; `abort` drops it (a stream its caller
+    stops reading early)."""
+
+    __slots__ = ("status", "raw_headers", "_conn")
+
+    def __init__(self, conn: _Connection, status: int, raw_headers: RawHeaders) -> None:
+        self._conn = conn
+        self.status = status
+        self.raw_headers = raw_headers
+
+    async def read(self) -> bytes:
+        """The whole body. Raises TransportError."""
+        conn = self._conn
+        parts: list[bytes] = []
+        while True:
+            if conn.error is not None:
+                raise conn.error
+            data = conn.take()
+            if data:
+                parts.append(data)
+            if conn.complete:
+                break
+            await conn.wait()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body in the pieces that arrived since the last one. Ends at the end of the body;
+        raises TransportError (InactivityTimeout for a silent stream)."""
+        conn = self._conn
+        while True:
+            if conn.error is not None:
+                raise conn.error
+            data = conn.take()
+            if data:
+                yield data
+                continue
+            if conn.complete:
+                return
+            await conn.wait()
+
+    def finish(self) -> None:
+        self._conn.finish()
+
+    def abort(self) -> None:
+        self._conn.abort()
+
+
+class Endpoint:
+    """The connections to one kube-apiserver endpoint (module docstring). `ssl_context` is None
+    for plain HTTP."""
+
+    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, *, connect_timeout: float, tick: float) -> None:
+        """`tick`: seconds between two checks of the busy connections' deadlines (a deadline
+        is noticed at most this late)."""
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.connect_timeout = connect_timeout
+        self.tick = tick
+        self._idle: deque[_Connection] = deque()
+        self._open: set[_Connection] = set()
+        self._busy: set[_Connection] = set()
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def busy(self, conn: _Connection) -> None:
+        """`conn` carries a request: its deadlines are checked every tick until `idle`. One
+        timer per endpoint instead of one per request (a timer costs ~2 us to arm and cancel)."""
+        self._busy.add(conn)
+        if self._sweep is None:
+            self._sweep = conn.loop.call_later(self.tick, self._check_deadlines)
+
+    def idle(self, conn: _Connection) -> None:
+        self._busy.discard(conn)
+
+    def _check_deadlines(self) -> None:
+        self._sweep = None
+        if not self._busy:
+            return
+        loop = next(iter(self._busy)).loop
+        now = loop.time()
+        for conn in tuple(self._busy):
+            conn.check(now)
+        if self._busy:
+            self._sweep = loop.call_later(self.tick, self._check_deadlines)
+
+    @property
+    def connections(self) -> int:
+        """Connections open now (idle and busy)."""
+        return len(self._open)
+
+    async def _connect(self) -> _Connection:
+        """A new connection. Raises ConnectFailed."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+                error: Exception | None = None
+                for family, type_, proto, _, address in infos:
+                    sock = socket.socket(family, type_, proto)
+                    try:
+                        sock.setblocking(False)
+                        _keepalive(sock)
+                        await loop.sock_connect(sock, address)
+                    except OSError as exc:
+                        sock.close()
+                        error = exc
+                        continue
+                    break
+                else:
+                    raise error or OSError(f"no address for {self.host}")
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, loop), sock=sock, ssl=self.ssl_context,
+                    server_hostname=self.host if self.ssl_context is not None else None,
+                )
+        except TimeoutError:
+            raise ConnectFailed(f"no connection within {self.connect_timeout:g} s") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
+        self._open.add(conn)
+        return conn
+
+    async def exchange(
+        self, head: bytes, body: bytes | AsyncIterator[bytes] | None, *, head_timeout: float,
+        total_timeout: float | None, inactivity: float | None, replayable: bool,
+    ) -> Exchange:
+        """Send a request; its answer once the headers arrived (module docstring). `head` ends
+        in the blank line; a chunked `head` (Transfer-Encoding) takes an iterator `body`. A
+        request on a reused connection that broke before any answer is sent once more on a new
+        connection when `replayable` (a read, or a body that can be sent again: the partition
+        closed an idle connection as it was reused). Raises ConnectFailed, TimedOut,
+        ConnectionBroke."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total_timeout if total_timeout is not None else None
+        for attempt in (0, 1):
+            conn = self._take_idle()
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect()
+            head_future = conn.begin(head_timeout=head_timeout)
+            transport = conn.transport
+            assert transport is not None
+            sender: asyncio.Task[None] | None = None
+            try:
+                if body is None or isinstance(body, bytes):
+                    transport.write(head + body if body else head)
+                else:
+                    transport.write(head)
+                    sender = loop.create_task(_send_chunked(conn, transport, body))
+                status, raw_headers = await head_future
+            except ConnectionBroke:
+                conn.abort()
+                if sender is not None:
+                    sender.cancel()
+                if reused and replayable and attempt == 0:
+                    continue
+                raise
+            except BaseException:
+                conn.abort()
+                if sender is not None:
+                    sender.cancel()
+                raise
+            conn.answering(total_deadline=deadline, inactivity=inactivity)
+            return Exchange(conn, status, raw_headers)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _take_idle(self) -> _Connection | None:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()  # the most recently used: warm (the oldest are dropped below)
+            if conn.closed or conn.transport is None or conn.transport.is_closing():
+                continue
+            if conn.loop.time() - conn.idle_since > IDLE_SECONDS:
+                conn.abort()
+                continue
+            return conn
+        return None
+
+    def release(self, conn: _Connection) -> None:
+        """A connection whose answer ended cleanly waits for the next request."""
+        if len(self._idle) >= MAX_IDLE_PER_ENDPOINT:
+            conn.abort()
+            return
+        conn.idle_since = conn.loop.time()
+        self._idle.append(conn)
+
+    def forget(self, conn: _Connection) -> None:
+        """A connection closed: it is no longer open, nor idle, nor busy."""
+        self._open.discard(conn)
+        self._busy.discard(conn)
+        try:
+            self._idle.remove(conn)
+        except ValueError:
+            pass
+
+    def close(self) -> None:
+        """Close every connection, idle or busy."""
+        for conn in tuple(self._open):
+            conn.abort()
+        self._idle.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+
+
+async def _send_chunked(conn: _Connection, transport: asyncio.Transport, body: AsyncIterator[bytes]) -> None:
+    """Send a streamed request body in chunked transfer coding, as it arrives."""
+    try:
+        async for chunk in body:
+            if chunk:
+                transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                await conn.drain()
+        transport.write(b"0\r\n\r\n")
+    except ConnectionBroke:
+        pass  # the answer's reader learns of it
+    except Exception as exc:  # the client's body broke: so does this request
+        conn._fail(ConnectionBroke(f"request body broke: {type(exc).__name__}"))
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """TCP keepalive on (see _KEEPALIVE_*), and no Nagle delay: a request goes out in one write."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for option, value in (("TCP_KEEPIDLE", _KEEPALIVE_IDLE), ("TCP_KEEPINTVL", _KEEPALIVE_INTERVAL), ("TCP_KEEPCNT", _KEEPALIVE_COUNT)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
