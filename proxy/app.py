@@ -14,6 +14,7 @@ task started in one place and given an owner, the listener, and a graceful stop.
 from __future__ import annotations
 
 import asyncio
+import os
 import contextlib
 import dataclasses
 import logging
@@ -39,7 +40,8 @@ from proxy.fronts.http2 import Http2Front
 from proxy.fronts.listener import Listener
 from proxy.clients.kubelet import KubeletClient
 from proxy.loop_health import GcPauses, probe_loop_lag, sweep_frozen
-from proxy.metrics import METRICS_REFRESH_SECONDS, Metrics
+from proxy import metrics_workers
+from proxy.metrics import METRICS_DIR_ENV, Metrics
 from proxy.overload import InflightLimiter
 from proxy.partition_set import PartitionSet
 from proxy.pipeline.chain import Pipeline
@@ -166,7 +168,7 @@ class ProxyApp:
             config=config,
             routing=RoutingState(Placement.from_config(config), namespaced, node_index),
             clients=clients,
-            metrics=Metrics.create(),
+            metrics=Metrics.create(workers_dir=os.environ.get(METRICS_DIR_ENV) or None),
             caches=caches,
             authn=Authenticator(config.auth, clients[review] if review else None),
             authz=Authorizer(config.auth, clients),
@@ -187,8 +189,8 @@ class ProxyApp:
         app._spawn("definitions-sync", follow_definitions(ctx, app.definitions_wake))
         app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag, on_tick=app.gc_pauses.drain))
         app._spawn("gc-sweep-frozen", sweep_frozen())
-        if ctx.metrics.multiprocess:
-            app._spawn("metrics-refresh", _refresh_metrics(ctx))
+        if ctx.metrics.workers_dir is not None:  # one of several workers: the others ask it at scrape time
+            app._servers.append(await metrics_workers.serve(ctx.metrics, ctx.all_caches, ctx.metrics.workers_dir))
         ctx.fill_protobuf_cache = app._fill_protobuf_cache
         for cache in caches:
             app._fill(cache)
@@ -352,14 +354,6 @@ class ProxyApp:
         if self.ctx.kubelet is not None:
             await self.ctx.kubelet.close()
         self.gc_pauses.close()
-
-
-async def _refresh_metrics(ctx: ProxyContext) -> None:
-    """A worker among several: copy its process-read gauges into the shared samples every
-    METRICS_REFRESH_SECONDS, so a scrape answered by another worker sees them."""
-    while True:
-        ctx.metrics.refresh(ctx.all_caches())
-        await asyncio.sleep(METRICS_REFRESH_SECONDS)
 
 
 async def _after(ready: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:

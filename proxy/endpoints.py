@@ -13,6 +13,7 @@ import orjson
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from proxy import metrics_workers
 from proxy.context import ProxyContext
 from proxy.messages import Answer, Request
 
@@ -61,7 +62,13 @@ class Endpoints:
         return Answer(200 if ready else 500, ("\n".join(lines) + "\n").encode(), content_type=_TEXT)
 
     async def metrics(self, request: Request) -> Answer:
-        return Answer(200, self.ctx.metrics.exposition(self.ctx.all_caches()), CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
+        """This process's metrics, or every worker's (proxy.metrics_workers)."""
+        metrics, caches = self.ctx.metrics, self.ctx.all_caches()
+        if metrics.workers_dir is not None:
+            text = await metrics_workers.exposition(metrics, caches, metrics.workers_dir)
+        else:
+            text = metrics.exposition(caches)
+        return Answer(200, text, CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
 
     async def debug_caches(self, request: Request) -> Answer:
         """Per cache: objects, bytes, watchers, ring span, last RV and relists per partition."""

@@ -29,34 +29,47 @@ partition_proxy_definitions_differing{partition, resource}: copies of those defi
 partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
 partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
 
-With `serve --workers N` (N > 1) every worker process writes its samples to the directory named
-by PROMETHEUS_MULTIPROC_DIR (prometheus-client's multiprocess mode, set by the supervisor
-before the workers import anything) and `/metrics`, whichever worker answers, is the aggregate
-of all of them: counters and histograms summed; gauges summed over live workers (`livesum`:
-connections, requests in flight, cache bytes and watchers, relists) or their maximum (`max`:
-objects in a cache and the resourceVersion it reached, the same in every worker's copy). Gauges
-read from the process (connections, caches) are copied in at scrape time and, with workers,
-every METRICS_REFRESH_SECONDS by each worker (so another worker's scrape sees them).
+The per-request figures (requests, duration, the SLI histogram, requests in flight) are kept by
+`RequestMetrics`: plain dict and list arithmetic per request (no lock, no label lookup, no
+shared-memory write), turned into metric families only when scraped. The other metrics change a
+few times a second at most and use prometheus-client's instruments.
+
+With `serve --workers N` (N > 1) each worker keeps its own registry and answers, on a Unix
+socket in the directory named by PARTITION_PROXY_METRICS_DIR (made by the supervisor), with its
+samples as JSON; `/metrics`, whichever worker answers it, asks every other worker at scrape
+time and merges (`proxy.metrics_workers`): counters and histograms summed; gauges summed
+(connections, requests in flight, cache bytes and watchers, relists) or their maximum (objects in
+a cache and the resourceVersion it reached, the same in every worker's copy; the definitions
+differing). A worker that does not answer within a second is left out of that scrape.
+
+Why not prometheus-client's multiprocess mode (used until 2026-11): it writes every change to a
+memory-mapped file under a lock, and the hot path made five such changes per request; measured
+by `bench/metrics_cost.py` (README: Speed).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from routing.sli import SLI_BUCKETS, SLI_LABELS
 
-# seconds; how often each worker copies its process-read gauges into the shared samples when
-# there are several workers: Prometheus scrapes every 15-60 s, so 2 s stale is fresh enough and
-# costs a few hundred microseconds per refresh.
-METRICS_REFRESH_SECONDS = 2.0
-# The environment variable prometheus-client's multiprocess mode reads (at import time).
-MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# The environment variable naming the directory of the workers' metrics sockets (set by the
+# supervisor of `serve --workers N`, proxy.workers).
+METRICS_DIR_ENV = "PARTITION_PROXY_METRICS_DIR"
+# How a gauge merges over workers: "max" for the ones every worker holds the same copy of,
+# summed otherwise (proxy.metrics_workers).
+GAUGE_MAX = frozenset({
+    "partition_proxy_watch_cache_objects",
+    "partition_proxy_watch_cache_resource_version",
+    "partition_proxy_definitions_differing",
+})
 
 # seconds; loop lag and GC pauses, from 1 ms (noise) to 5 s (a stall that breaks watches).
 _PAUSE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -64,13 +77,83 @@ _PAUSE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
+class RequestMetrics(Collector):
+    """The per-request metrics (module docstring): partition_proxy_requests_total,
+    partition_proxy_request_duration_seconds, apiserver_request_sli_duration_seconds and
+    partition_proxy_inflight_requests. `started` and `ended` are plain defs that only add to
+    dicts; `collect` (the registry's scrape) makes the families."""
+
+    def __init__(self) -> None:
+        self.inflight = {"long-running": 0, "other": 0}
+        self._requests: dict[tuple[str, str, str, str], int] = {}
+        # per label set: a count per bucket (the last one +Inf), then the sum of the observations
+        self._duration: dict[tuple[str, str], list[float]] = {}
+        self._sli: dict[tuple[str, ...], list[float]] = {}
+
+    def started(self, kind: str) -> None:
+        """A request began (`kind`: long-running or other)."""
+        self.inflight[kind] += 1
+
+    def ended(self, kind: str, verb: str, route: str, partition: str, code: str, elapsed: float,
+              sli: tuple[str, ...] | None) -> None:
+        """A request ended after `elapsed` seconds; `sli`: its SLI label values, or None when
+        it is not counted there (routing.sli)."""
+        self.inflight[kind] -= 1
+        key = (verb, route, partition, code)
+        requests = self._requests
+        requests[key] = requests.get(key, 0) + 1
+        _observe(self._duration, (verb, route), _BUCKETS, elapsed)
+        if sli is not None:
+            _observe(self._sli, sli, SLI_BUCKETS, elapsed)
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("partition_proxy_requests", "Requests answered by the proxy.",
+                                       labels=("verb", "route", "partition", "code"))
+        for labels, count in self._requests.items():
+            requests.add_metric(labels, count)
+        yield requests
+        yield _histogram("partition_proxy_request_duration_seconds", "Time from request to the end of the answer, in seconds.",
+                         ("verb", "route"), _BUCKETS, self._duration)
+        yield _histogram("apiserver_request_sli_duration_seconds",
+                         "Response latency distribution in seconds for each verb, group, version, resource, subresource, "
+                         "scope and component (kube-apiserver's SLI histogram, measured at the proxy).",
+                         SLI_LABELS, SLI_BUCKETS, self._sli)
+        inflight = GaugeMetricFamily("partition_proxy_inflight_requests", "Requests being served now.", labels=("kind",))
+        for kind, count in self.inflight.items():
+            inflight.add_metric((kind,), count)
+        yield inflight
+
+
+def _observe(histograms: dict[Any, list[float]], key: Any, buckets: Sequence[float], value: float) -> None:
+    counts = histograms.get(key)
+    if counts is None:
+        counts = histograms[key] = [0.0] * (len(buckets) + 2)
+    counts[bisect_left(buckets, value)] += 1  # the first bucket whose upper bound is >= value
+    counts[-1] += value
+
+
+def _histogram(name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float],
+               histograms: dict[Any, list[float]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation, labels=labels)
+    bounds = [*(_le(b) for b in buckets), "+Inf"]
+    for key, counts in histograms.items():
+        cumulative, total = [], 0.0
+        for bound, count in zip(bounds, counts):
+            total += count
+            cumulative.append((bound, total))
+        family.add_metric(key, cumulative, counts[-1])
+    return family
+
+
+def _le(bound: float) -> str:
+    """A bucket bound as prometheus-client writes it (`0.05`, `1.0`, `10.0`)."""
+    return repr(float(bound))
+
+
 @dataclass(frozen=True, slots=True)
 class Metrics:
     registry: CollectorRegistry
-    requests: Counter
-    duration: Histogram
-    sli: Histogram
-    inflight: Gauge
+    requests: RequestMetrics
     degraded: Counter
     rejected: Counter
     cache_objects: Gauge
@@ -86,7 +169,8 @@ class Metrics:
     reloads: Counter
     replication_failures: Counter
     definitions_differing: Gauge
-    multiprocess: bool = False
+    # with `serve --workers N`: the directory of every worker's metrics socket
+    workers_dir: str | None = None
     _connection_counts: list[tuple[Callable[[], Mapping[str, int]], Mapping[str, int]]] = field(default_factory=list)
 
     def count_connections(self, open_now: Callable[[], Mapping[str, int]], accepted: Mapping[str, int]) -> None:
@@ -103,13 +187,10 @@ class Metrics:
         self.observe_caches(caches)
 
     def exposition(self, caches: Sequence[Any]) -> bytes:
-        """The Prometheus text of this process, or of every worker in multiprocess mode."""
+        """The Prometheus text of this process (the figures of other workers are merged in by
+        `proxy.metrics_workers`)."""
         self.refresh(caches)
-        if not self.multiprocess:
-            return generate_latest(self.registry)
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry)
+        return generate_latest(self.registry)
 
     def observe_caches(self, caches: Sequence[Any]) -> None:
         """Copy the watch caches' figures into the gauges (at scrape time)."""
@@ -124,41 +205,16 @@ class Metrics:
                 self.cache_resource_version.labels(name, partition).set(vector[slot])
 
     @classmethod
-    def create(cls) -> Metrics:
-        """The proxy's metrics; in multiprocess mode when PROMETHEUS_MULTIPROC_DIR is set (a
-        worker of `serve --workers N`)."""
+    def create(cls, *, workers_dir: str | None = None) -> Metrics:
+        """The proxy's metrics, in a registry of their own; `workers_dir`: the directory of the
+        workers' metrics sockets when this process is one of several workers."""
         registry = CollectorRegistry(auto_describe=True)
-        multiprocess = bool(os.environ.get(MULTIPROC_DIR_ENV))
+        requests = RequestMetrics()
+        registry.register(requests)
         return cls(
-            multiprocess=multiprocess,
+            workers_dir=workers_dir,
             registry=registry,
-            requests=Counter(
-                "partition_proxy_requests",
-                "Requests answered by the proxy.",
-                ("verb", "route", "partition", "code"),
-                registry=registry,
-            ),
-            duration=Histogram(
-                "partition_proxy_request_duration_seconds",
-                "Time from request to the end of the answer, in seconds.",
-                ("verb", "route"),
-                buckets=_BUCKETS,
-                registry=registry,
-            ),
-            sli=Histogram(
-                "apiserver_request_sli_duration_seconds",
-                "Response latency distribution in seconds for each verb, group, version, resource, subresource, "
-                "scope and component (kube-apiserver's SLI histogram, measured at the proxy).",
-                SLI_LABELS,
-                buckets=SLI_BUCKETS,
-                registry=registry,
-            ),
-            inflight=Gauge(
-                "partition_proxy_inflight_requests",
-                "Requests being served now.",
-                ("kind",),
-                multiprocess_mode="livesum", registry=registry,
-            ),
+            requests=requests,
             degraded=Counter(
                 "partition_proxy_degraded_answers",
                 "Union answers missing a partition: its part stale from a cache, or left out.",
@@ -171,30 +227,27 @@ class Metrics:
                 ("class", "reason"),
                 registry=registry,
             ),
-            cache_objects=Gauge("partition_proxy_watch_cache_objects", "Objects in a watch cache.", ("cache",), multiprocess_mode="max", registry=registry),
+            cache_objects=Gauge("partition_proxy_watch_cache_objects", "Objects in a watch cache.", ("cache",), registry=registry),
             cache_bytes=Gauge(
-                "partition_proxy_watch_cache_bytes", "Compact JSON bytes held by a watch cache.", ("cache",), multiprocess_mode="livesum", registry=registry
+                "partition_proxy_watch_cache_bytes", "Compact JSON bytes held by a watch cache.", ("cache",), registry=registry
             ),
             cache_watchers=Gauge(
-                "partition_proxy_watch_cache_watchers", "Client watches served by a watch cache.", ("cache",), multiprocess_mode="livesum", registry=registry
+                "partition_proxy_watch_cache_watchers", "Client watches served by a watch cache.", ("cache",), registry=registry
             ),
             cache_relists=Gauge(
                 "partition_proxy_watch_cache_relists",
                 "Relists after 410 Expired, per partition.",
-                ("cache", "partition"),
-                multiprocess_mode="livesum", registry=registry,
+                ("cache", "partition"), registry=registry,
             ),
             connections=Gauge(
                 "partition_proxy_connections",
                 "Client connections open now, per protocol negotiated by ALPN (h2, http/1.1).",
-                ("protocol",),
-                multiprocess_mode="livesum", registry=registry,
+                ("protocol",), registry=registry,
             ),
             connections_accepted=Gauge(
                 "partition_proxy_connections_accepted",
                 "Client connections accepted since start, per protocol (a count that only grows).",
-                ("protocol",),
-                multiprocess_mode="livesum", registry=registry,
+                ("protocol",), registry=registry,
             ),
             loop_lag=Histogram(
                 "partition_proxy_event_loop_lag_seconds",
@@ -212,8 +265,7 @@ class Metrics:
             partition_set=Gauge(
                 "partition_proxy_partition_set_info",
                 "1 for the partition-set version served (summed over workers), 0 for earlier ones.",
-                ("version",),
-                multiprocess_mode="livesum", registry=registry,
+                ("version",), registry=registry,
             ),
             reloads=Counter(
                 "partition_proxy_partition_set_reloads",
@@ -230,13 +282,11 @@ class Metrics:
             definitions_differing=Gauge(
                 "partition_proxy_definitions_differing",
                 "Copies of replicated definitions in a tenant partition that differ from the system partition's, at the last sync.",
-                ("partition", "resource"),
-                multiprocess_mode="max", registry=registry,
+                ("partition", "resource"), registry=registry,
             ),
             cache_resource_version=Gauge(
                 "partition_proxy_watch_cache_resource_version",
                 "Native resourceVersion a watch cache has reached, per partition.",
-                ("cache", "partition"),
-                multiprocess_mode="max", registry=registry,
+                ("cache", "partition"), registry=registry,
             ),
         )

@@ -9,8 +9,8 @@ worker. One Python process uses one core; N workers use N.
 Trade-offs, per replica: each worker holds every configured watch cache and its upstream
 watches (cache memory and upstream watches x N); limits (`limits.*`, `failure.max_inflight_*`)
 are per worker, as they are per replica; `/debug/caches` and `/readyz` answer for the worker
-that took the connection. `/metrics` is the aggregate of all workers (proxy.metrics,
-prometheus-client's multiprocess mode in a directory the supervisor creates and removes).
+that took the connection. `/metrics` is the aggregate of all workers, merged at scrape time
+(proxy.metrics_workers, over Unix sockets in a directory the supervisor creates and removes).
 
 The supervisor (this module) forwards SIGTERM and SIGINT to every worker and waits for them; a
 worker that exits on its own stops the others and the supervisor exits with its code (the
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from proxy.metrics import MULTIPROC_DIR_ENV
+from proxy.metrics import METRICS_DIR_ENV
 
 log = logging.getLogger("partition_proxy.workers")
 
@@ -64,7 +64,7 @@ def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
     the module docstring says, and return the exit code: 0 when they stopped on a signal and
     exited 0, else the code of the first worker that failed."""
     metrics_dir = tempfile.mkdtemp(prefix="partition-proxy-metrics-")
-    env = {**os.environ, MULTIPROC_DIR_ENV: metrics_dir}
+    env = {**os.environ, METRICS_DIR_ENV: metrics_dir}
     procs: list[subprocess.Popen[bytes]] = []
     stopping = False
 

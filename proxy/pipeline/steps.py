@@ -40,24 +40,22 @@ class Observe:
 
     async def __call__(self, ex: Exchange) -> bool:
         started = time.monotonic()
-        inflight = self.metrics.inflight.labels("long-running" if ex.long_running else "other")
-        inflight.inc()
+        kind = "long-running" if ex.long_running else "other"
+        recorder = self.metrics.requests
+        recorder.started(kind)
 
         def record(outcome: str) -> None:
             elapsed = time.monotonic() - started
-            inflight.dec()
             status = ex.writer.status
             # 499: the client went away before the answer ended (a watch it closed, usually);
             # 500: an exception no step expected.
             code = "500" if outcome == Outcome.FAILED else str(status) if status and outcome == Outcome.DONE else "499"
             info = ex.info
-            verb = info.verb or ex.request.method.lower()
-            self.metrics.requests.labels(verb, ex.route_kind, ex.target, code).inc()
-            self.metrics.duration.labels(verb, ex.route_kind).observe(elapsed)
+            sli = None
             if not ex.long_running:
                 labels = sli_labels(info, method=ex.request.method, content_type=ex.request.headers.get("Content-Type", ""))
-                if labels is not None:
-                    self.metrics.sli.labels(*labels.values()).observe(elapsed)
+                sli = labels.values() if labels is not None else None
+            recorder.ended(kind, info.verb or ex.request.method.lower(), ex.route_kind, ex.target, code, elapsed, sli)
 
         ex.hold(record)
         return False

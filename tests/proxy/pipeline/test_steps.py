@@ -276,7 +276,7 @@ async def test_observe_counts_the_answer_under_its_route_and_feeds_the_sli_histo
     assert await passes(steps.Observe(metrics), ex)
     await ex.respond(Answer(200, b"{}"))
     ex.close(Outcome.DONE)
-    assert metrics.requests.labels("get", "forward", "", "200")._value.get() == 1
+    assert metrics.registry.get_sample_value("partition_proxy_requests_total", {"verb": "get", "route": "forward", "partition": "", "code": "200"}) == 1
     sli = metrics.registry.get_sample_value("apiserver_request_sli_duration_seconds_count", {
         "verb": "GET", "group": "", "version": "v1", "resource": "pods", "subresource": "", "scope": "resource", "component": "apiserver"})
     assert sli == 1
@@ -289,10 +289,10 @@ async def test_observe_counts_a_client_that_went_away_as_499_and_a_failure_as_50
     assert await passes(steps.Observe(metrics), ex)
     ex.target = "tp1"
     await ex.writer.start(200, CIMultiDict())  # the watch had begun
-    assert metrics.inflight.labels("long-running")._value.get() == 1
+    assert metrics.registry.get_sample_value("partition_proxy_inflight_requests", {"kind": "long-running"}) == 1
     ex.close(outcome)
-    assert metrics.requests.labels("watch", "forward", "tp1", code)._value.get() == 1
-    assert metrics.inflight.labels("long-running")._value.get() == 0
+    assert metrics.registry.get_sample_value("partition_proxy_requests_total", {"verb": "watch", "route": "forward", "partition": "tp1", "code": code}) == 1
+    assert metrics.registry.get_sample_value("partition_proxy_inflight_requests", {"kind": "long-running"}) == 0
 
 
 async def test_an_exchange_gives_back_what_its_steps_hold_once_in_reverse_order() -> None:
