@@ -1,4 +1,5 @@
-"""Routed requests, one at a time and 16 at a time: the proxy vs the partition that owns them.
+"""Routed requests, one at a time and 16 at a time: the proxy vs the partition that owns them,
+and vs the simplest Python programs doing the same forwarding (`bench/peers`).
 
 The proxy's hot path at its busiest: every node Lease renewal (one per node every 10 s, ~5,000/s
 at 50,000 nodes), every pod status patch and binding is forwarded to one partition. Set-up:
@@ -16,15 +17,33 @@ kubelet), worker w on object w mod objects:
 - `patch-status`: strategic-merge PATCH of a pod's status (the kubelet's status manager);
 - `list`: LIST the namespace's pods (`--objects` of them), a consistent read.
 
-Per (operation, concurrency), `--rounds` rounds; each round runs the proxy side and the direct
-side (tp1 for pods, rp1 for Leases), alternating which goes first, for `--duration` s after a
-1 s warm-up. Figures per side: the median over rounds of requests/s and of p50/p99 latency; for
-the proxy, CPU per request (the proxy's process group, every worker: CPU seconds / requests
-answered, warm-up included) and the added p50 (proxy p50 - direct p50). Ratios: proxy/direct
-throughput.
+Sides, in the same run (`--sides`):
+- `proxy`: partition-proxy in front of tp1 and rp1;
+- `direct`: the partition that owns the objects (tp1 for pods, rp1 for Leases), the peer of
+  every ratio to direct;
+- `lean`: `bench.peers.lean_forwarder`, the floor (aiohttp's server, persistent uvloop TLS
+  connections out, one write per request, httptools parsing the answer);
+- `aiohttp`: `bench.peers.aiohttp_forwarder` (aiohttp's server and its ClientSession).
+Both peers forward to the owning partition with the proxy's impersonation headers (the
+partition checks RBAC for the same user), with as many processes sharing the port
+(SO_REUSEPORT) as the proxy has workers. They speak HTTP/1.1 only: with an HTTP/2 client
+(`--client-protocols h2`) client-go talks HTTP/2 to the proxy and the partition and HTTP/1.1 to
+the peers (ALPN), which is what a Python forwarder without an HTTP/2 server would offer.
+
+Per (client protocol, operation, concurrency), `--rounds` rounds; each round runs every side,
+rotating which goes first, for `--duration` s after a 1 s warm-up. Figures per side: the median
+over rounds of requests/s and of p50/p99 latency; for the proxy and the peers, CPU per request
+(the process group, every worker: CPU seconds / requests answered, warm-up included). Ratios:
+proxy/direct and proxy/lean throughput, proxy/lean CPU per request, and the added p50 (proxy
+p50 - direct p50).
+
+`--pin`: the proxy and the peers on CPU 1, everything else (partitions, etcds, the load client)
+on CPU 0, the direct side the same (so it runs with one core as well): what the proxy costs
+when it does not wait for a core the partitions need.
 
 Run: `python -m bench.routed_requests [--ops get,renew-lease,patch-status,list]
-[--concurrency 1,16] [--rounds 3] [--duration 5] [--connections separate|one] [--workers N]
+[--concurrency 1,16] [--client-protocols h2,http/1.1] [--sides proxy,direct,lean,aiohttp]
+[--rounds 3] [--duration 5] [--connections separate|one] [--workers N] [--pin]
 [--event-loop asyncio|uvloop]`.
 """
 
@@ -33,7 +52,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import contextlib
 import os
+import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -45,8 +67,8 @@ import aiohttp
 import orjson
 
 from bench.common import OUT_DIR, REPO, WORK_DIR, client_ssl, emit, host_info, install_sigterm, log, mib, new_session, ratio
-from hack.federation import PROXY_ADMINS_GROUP, Federation
-from hack.proxy_process import ProxyProcess
+from hack.federation import PROXY_ADMINS_GROUP, Federation, _free_ports
+from hack.proxy_process import ProxyProcess, stop_process_group
 from proxy.cli import DEFAULT_EVENT_LOOP
 from proxy.workers import available_cpus
 
@@ -56,6 +78,8 @@ ARTIFACTS = OUT_DIR / NAME  # the Go client's reports of the last run
 NAMESPACE = "acme-bench"  # tenant acme: tp1
 LEASE_NAMESPACE = "kube-node-lease"
 OPS = ("get", "renew-lease", "patch-status", "list")
+SIDES = ("proxy", "direct", "lean", "aiohttp")
+PEER_MODULES = {"lean": "bench.peers.lean_forwarder", "aiohttp": "bench.peers.aiohttp_forwarder"}
 WARMUP = "1s"  # rvcheck requests --warmup: the TLS handshake and first requests are not counted
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -64,18 +88,7 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 def _session_stats(sid: int) -> list[list[bytes]]:
     """The /proc/<pid>/stat fields (after the command) of every process in session `sid` (the
     proxy is started in a session of its own, so these are all its workers)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:  # field 6 (session); fields[0] is field 3 (state)
-            out.append(fields)
-    return out
+    return [fields for fields, _ in _session_pids(sid)]
 
 
 def group_cpu_seconds(sid: int) -> float:
@@ -120,16 +133,18 @@ async def create_objects(fed: Federation, objects: int) -> None:
 
 
 def run_rvcheck(kubeconfig: Path, op: str, concurrency: int, objects: int, duration: float, report: Path, *,
-                separate: bool) -> dict[str, Any]:
+                separate: bool, protocol: str) -> dict[str, Any]:
     """One `rvcheck requests` run; returns its report. `separate`: one connection per worker
-    (as many kubelets), else all on one HTTP/2 connection (one kubelet)."""
+    (as many kubelets), else all on one connection (one kubelet). `protocol` `http/1.1` turns
+    client-go's HTTP/2 off (DISABLE_HTTP2)."""
     lease_op = op == "renew-lease"
     names = [f"rp1-bench-{i}" if lease_op else f"bench-{i}" for i in range(objects)]
     argv = [str(RVCHECK), "requests", "--kubeconfig", str(kubeconfig), "--op", op,
             "--namespace", LEASE_NAMESPACE if lease_op else NAMESPACE, "--names", ",".join(names),
             "--concurrency", str(concurrency), "--connections", str(concurrency if separate else 1), "--duration", f"{duration}s", "--warmup", WARMUP]
+    env = {**os.environ, "DISABLE_HTTP2": "1"} if protocol == "http/1.1" else None
     with report.open("wb") as out:
-        subprocess.run(argv, stdout=out, stderr=sys.stderr, stdin=subprocess.DEVNULL, timeout=duration + 120, check=False)
+        subprocess.run(argv, stdout=out, stderr=sys.stderr, stdin=subprocess.DEVNULL, timeout=duration + 120, check=False, env=env)
     doc = json.loads(report.read_bytes())
     if doc.get("fatal"):
         raise RuntimeError(f"rvcheck requests {op} x{concurrency}: {doc['fatal']}")
@@ -140,97 +155,226 @@ def median(values: list[float]) -> float:
     return round(statistics.median(values), 3) if values else 0.0
 
 
-def measure(fed: Federation, proxy: ProxyProcess, kubeconfigs: dict[str, Path], args: argparse.Namespace) -> list[dict[str, Any]]:
-    assert proxy.popen is not None
-    sid = proxy.popen.pid  # start_new_session=True: the proxy leads its session
+class Peer:
+    """`processes` processes of a `bench.peers` forwarder sharing one port, each in a session of
+    its own (its CPU is the sum of those sessions')."""
+
+    def __init__(self, fed: Federation, module: str, directory: Path, processes: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.module = module
+        self.port = _free_ports(1)[0]
+        crt, key = fed.ca.issue_serving(directory, "peer-serving", ["127.0.0.1", "localhost"])
+        tp1, rp1 = fed.partition("tp1"), fed.partition("rp1")
+        proxy_crt, proxy_key = tp1.proxy_cert  # the proxy's own credential (the same CA signs every partition's)
+        self.argv = [sys.executable, "-m", module, "--port", str(self.port), "--cert", str(crt), "--key", str(key),
+                     "--client-ca", str(fed.ca_file), "--upstream", f"tp={tp1.server}", "--upstream", f"rp={rp1.server}",
+                     "--upstream-ca", str(fed.ca_file), "--upstream-cert", str(proxy_crt), "--upstream-key", str(proxy_key)]
+        self.log_path = directory / "peer.log"
+        self.processes = processes
+        self.popens: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self, ca_file: Path, timeout: float = 30.0) -> Peer:
+        log_file = self.log_path.open("ab")
+        for _ in range(self.processes):
+            self.popens.append(subprocess.Popen(self.argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO))
+        log_file.close()
+        ctx = ssl.create_default_context(cafile=str(ca_file))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.popens):
+                raise RuntimeError(f"{self.module} exited:\n{self.log_path.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock, ctx.wrap_socket(sock, server_hostname="127.0.0.1"):
+                    pass
+                return self
+            except ssl.SSLError:
+                return self  # it answered the handshake (and asked for a client certificate)
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"{self.module} not listening after {timeout:.0f} s")
+
+    def sessions(self) -> list[int]:
+        return [p.pid for p in self.popens]
+
+    def stop(self) -> None:
+        for popen in self.popens:
+            stop_process_group(popen)
+        self.popens = []
+
+
+def pin(sessions: list[int], cpus: set[int]) -> None:
+    """Every thread of every process in `sessions` on `cpus`."""
+    for sid in sessions:
+        for _, pid in _session_pids(sid):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(int(tid), cpus)
+
+
+def _session_pids(sid: int) -> list[tuple[list[bytes], int]]:
+    """(the /proc/<pid>/stat fields after the command, pid) of every process in session `sid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # field 6 (session); fields[0] is field 3 (state)
+            out.append((fields, int(entry)))
+    return out
+
+
+def measure(sides: dict[str, Side], args: argparse.Namespace) -> list[dict[str, Any]]:
     cases = []
-    for op in args.ops:
-        direct = "rp1" if op == "renew-lease" else "tp1"
-        for concurrency in args.concurrency:
-            runs: dict[str, list[dict[str, Any]]] = {"proxy": [], "direct": []}
-            cpu_per_request: list[float] = []
-            for rnd in range(args.rounds):
-                order = ("proxy", "direct") if rnd % 2 == 0 else ("direct", "proxy")
-                for side in order:
-                    kubeconfig = kubeconfigs["proxy" if side == "proxy" else direct]
-                    report = ARTIFACTS / f"{op}-c{concurrency}-r{rnd}-{side}.json"
-                    cpu0 = group_cpu_seconds(sid)
-                    doc = run_rvcheck(kubeconfig, op, concurrency, args.objects, args.duration, report, separate=args.connections == "separate")
-                    cpu1 = group_cpu_seconds(sid)
-                    runs[side].append(doc)
-                    if side == "proxy":
-                        cpu_per_request.append((cpu1 - cpu0) / max(doc["requests_with_warmup"], 1) * 1000)
-            case: dict[str, Any] = {"op": op, "concurrency": concurrency, "direct_partition": direct}
-            for side, docs in runs.items():
-                case[side] = {
-                    "requests_per_second": median([d["requests_per_second"] for d in docs]),
-                    "p50_ms": median([d["latency_ms"]["p50_ms"] for d in docs]),
-                    "p99_ms": median([d["latency_ms"]["p99_ms"] for d in docs]),
-                    "failed": sum(d["failed"] for d in docs),
-                    "conflicts": sum(d["conflicts"] for d in docs),
-                    "rounds": [{"requests_per_second": d["requests_per_second"], "p50_ms": d["latency_ms"]["p50_ms"],
-                                "p99_ms": d["latency_ms"]["p99_ms"], "requests": d["requests"]} for d in docs],
-                }
-            case["proxy"]["cpu_per_request_ms"] = median(cpu_per_request)
-            case["ratio_throughput_proxy_over_direct"] = ratio(case["proxy"]["requests_per_second"], case["direct"]["requests_per_second"])
-            case["added_p50_ms"] = round(case["proxy"]["p50_ms"] - case["direct"]["p50_ms"], 3)
-            log(f"{op} x{concurrency}: proxy {case['proxy']['requests_per_second']}/s p50 {case['proxy']['p50_ms']} ms, "
-                f"direct {case['direct']['requests_per_second']}/s p50 {case['direct']['p50_ms']} ms; "
-                f"ratio {case['ratio_throughput_proxy_over_direct']}, added p50 {case['added_p50_ms']} ms, "
-                f"proxy CPU {case['proxy']['cpu_per_request_ms']} ms/request")
-            cases.append(case)
+    for protocol in args.client_protocols:
+        for op in args.ops:
+            direct = "rp1" if op == "renew-lease" else "tp1"
+            for concurrency in args.concurrency:
+                cases.append(_case(sides, args, protocol, op, direct, concurrency))
     return cases
+
+
+def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: str, direct: str, concurrency: int) -> dict[str, Any]:
+    names = [name for name in args.sides]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    cpu_per_request: dict[str, list[float]] = {name: [] for name in names}
+    for rnd in range(args.rounds):
+        order = names[rnd % len(names):] + names[:rnd % len(names)]
+        for name in order:
+            side = sides[name]
+            kubeconfig = side.kubeconfigs.get(direct) or side.kubeconfigs["all"]
+            report = ARTIFACTS / f"{protocol.replace('/', '')}-{op}-c{concurrency}-r{rnd}-{name}.json"
+            cpu0 = side.cpu()
+            doc = run_rvcheck(kubeconfig, op, concurrency, args.objects, args.duration, report,
+                              separate=args.connections == "separate", protocol=protocol)
+            cpu1 = side.cpu()
+            runs[name].append(doc)
+            if side.sessions:
+                cpu_per_request[name].append((cpu1 - cpu0) / max(doc["requests_with_warmup"], 1) * 1000)
+    case: dict[str, Any] = {"client_protocol": protocol, "op": op, "concurrency": concurrency, "direct_partition": direct}
+    for name, docs in runs.items():
+        case[name] = {
+            "requests_per_second": median([d["requests_per_second"] for d in docs]),
+            "p50_ms": median([d["latency_ms"]["p50_ms"] for d in docs]),
+            "p99_ms": median([d["latency_ms"]["p99_ms"] for d in docs]),
+            "failed": sum(d["failed"] for d in docs),
+            "conflicts": sum(d["conflicts"] for d in docs),
+            "rounds": [{"requests_per_second": d["requests_per_second"], "p50_ms": d["latency_ms"]["p50_ms"],
+                        "p99_ms": d["latency_ms"]["p99_ms"], "requests": d["requests"]} for d in docs],
+        }
+        if cpu_per_request[name]:
+            case[name]["cpu_per_request_ms"] = median(cpu_per_request[name])
+            case[name]["cpu_per_request_ms_rounds"] = [round(c, 4) for c in cpu_per_request[name]]
+    proxy = case.get("proxy")
+    if proxy is not None and "direct" in case:
+        case["ratio_throughput_proxy_over_direct"] = ratio(proxy["requests_per_second"], case["direct"]["requests_per_second"])
+        case["added_p50_ms"] = round(proxy["p50_ms"] - case["direct"]["p50_ms"], 3)
+    if proxy is not None and "lean" in case:
+        case["ratio_throughput_proxy_over_lean"] = ratio(proxy["requests_per_second"], case["lean"]["requests_per_second"])
+        case["ratio_cpu_proxy_over_lean"] = ratio(proxy["cpu_per_request_ms"], case["lean"]["cpu_per_request_ms"])
+    log(f"{protocol} {op} x{concurrency}: " + "; ".join(
+        f"{name} {case[name]['requests_per_second']}/s p50 {case[name]['p50_ms']} ms"
+        + (f" cpu {case[name]['cpu_per_request_ms']} ms/req" if "cpu_per_request_ms" in case[name] else "") for name in names)
+        + f"; proxy/direct {case.get('ratio_throughput_proxy_over_direct')}, proxy/lean {case.get('ratio_throughput_proxy_over_lean')},"
+          f" cpu proxy/lean {case.get('ratio_cpu_proxy_over_lean')}")
+    return case
+
+
+class Side:
+    """One side of the comparison: its kubeconfigs (by direct partition, or `all`) and the
+    sessions whose CPU is its own (none for the partitions)."""
+
+    def __init__(self, kubeconfigs: dict[str, Path], sessions: list[int]) -> None:
+        self.kubeconfigs = kubeconfigs
+        self.sessions = sessions
+
+    def cpu(self) -> float:
+        return sum(group_cpu_seconds(sid) for sid in self.sessions)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default=",".join(OPS), help="operations (comma-separated): " + ", ".join(OPS))
     ap.add_argument("--concurrency", default="1,16", help="concurrent requests (comma-separated)")
+    ap.add_argument("--client-protocols", default="h2,http/1.1", help="what the load client speaks (comma-separated): h2, http/1.1")
+    ap.add_argument("--sides", default=",".join(SIDES), help="sides (comma-separated): " + ", ".join(SIDES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0, help="counted seconds per run")
     ap.add_argument("--connections", choices=("separate", "one"), default="separate",
                     help="separate: each concurrent client on its own connection (many kubelets, the default); one: all on one HTTP/2 connection (one kubelet)")
     ap.add_argument("--objects", type=int, default=16, help="pods and node Leases (one per worker)")
     ap.add_argument("--event-loop", default="", help="the proxy's serve --event-loop (default: the proxy's)")
-    ap.add_argument("--workers", type=int, default=0, help="proxy worker processes (0: the proxy's default, one per CPU)")
+    ap.add_argument("--workers", type=int, default=0, help="proxy worker processes, and peer processes (0: the proxy's default, one per CPU)")
+    ap.add_argument("--pin", action="store_true", help="the proxy and the peers on CPU 1, everything else on CPU 0")
     args = ap.parse_args()
     args.ops = [o for o in args.ops.split(",") if o]
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
+    args.client_protocols = [p for p in args.client_protocols.split(",") if p]
+    args.sides = [s for s in args.sides.split(",") if s]
     if unknown := set(args.ops) - set(OPS):
         ap.error(f"unknown --ops {sorted(unknown)}")
+    if unknown := set(args.client_protocols) - {"h2", "http/1.1"}:
+        ap.error(f"unknown --client-protocols {sorted(unknown)}")
+    if unknown := set(args.sides) - set(SIDES):
+        ap.error(f"unknown --sides {sorted(unknown)}")
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        ap.error("--pin needs two CPUs")
     if not RVCHECK.exists():
         print(f"{NAME}: {RVCHECK} missing: run `bash hack/build-components.sh`", file=sys.stderr)
         raise SystemExit(2)
     install_sigterm()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin:  # this process, and so the federation and every load client, on the first CPU
+        os.sched_setaffinity(0, {cpus[0]})
+    workers = args.workers or available_cpus()
     t0 = time.monotonic()
     fed = Federation(WORK_DIR / NAME, tenant_partitions=1, resource_partitions=1)
     proxy: ProxyProcess | None = None
+    peers: dict[str, Peer] = {}
     try:
         fed.start()
-        proxy = ProxyProcess(fed, fed.root / "proxy", workers=args.workers or None, event_loop=args.event_loop or None).start(timeout=180)
+        proxy = ProxyProcess(fed, fed.root / "proxy", workers=workers, event_loop=args.event_loop or None).start(timeout=180)
         assert proxy.popen is not None
-        log(f"federation and proxy up in {time.monotonic() - t0:.1f} s (proxy {proxy.server})")
+        for name in ("lean", "aiohttp"):
+            if name in args.sides:
+                peers[name] = Peer(fed, PEER_MODULES[name], fed.root / name, workers).start(fed.ca_file)
+        if args.pin:
+            pin([proxy.popen.pid, *(sid for peer in peers.values() for sid in peer.sessions())], {cpus[-1]})
+        log(f"federation, proxy and peers up in {time.monotonic() - t0:.1f} s (proxy {proxy.server}; pinned: {args.pin})")
         asyncio.run(create_objects(fed, args.objects))
-        kubeconfigs = {
-            "proxy": fed.issue_client_kubeconfig("bench-requests", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server),
-            "tp1": fed.partition("tp1").admin_kubeconfig,
-            "rp1": fed.partition("rp1").admin_kubeconfig,
+        sides = {
+            "proxy": Side({"all": fed.issue_client_kubeconfig("bench-requests", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)},
+                          [proxy.popen.pid]),
+            "direct": Side({"tp1": fed.partition("tp1").admin_kubeconfig, "rp1": fed.partition("rp1").admin_kubeconfig}, []),
         }
+        for name, peer in peers.items():
+            sides[name] = Side({"all": fed.issue_client_kubeconfig(f"bench-{name}", user="admin", groups=[PROXY_ADMINS_GROUP], server=peer.server)},
+                               peer.sessions())
         rss0 = group_rss_bytes(proxy.popen.pid)
-        cases = measure(fed, proxy, kubeconfigs, args)
+        cases = measure(sides, args)
         rss1 = group_rss_bytes(proxy.popen.pid)
     finally:
+        for peer in peers.values():
+            peer.stop()
         if proxy is not None:
             proxy.stop()
         fed.stop()
-    emit(NAME, {
+    emit(NAME + ("-pinned" if args.pin else ""), {
         "benchmark": NAME,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": host_info(),
-        "params": {**vars(args), "warmup": WARMUP, "proxy_workers": args.workers or available_cpus(),
+        "params": {**vars(args), "warmup": WARMUP, "proxy_workers": workers, "peer_processes": workers,
                    "proxy_event_loop": args.event_loop or DEFAULT_EVENT_LOOP},
-        "peer": "the partition that owns the objects (tp1: pods, rp1: node Leases), the same client straight to it",
+        "peer": "direct: the partition that owns the objects (tp1: pods, rp1: node Leases), the same client straight to it; "
+                "lean and aiohttp: bench.peers forwarders in front of the same partitions",
         "proxy_rss_mib": {"before": mib(rss0), "after": mib(rss1)},
         "cases": cases,
         "total_seconds": round(time.monotonic() - t0, 1),
