@@ -18,7 +18,7 @@ import hmac
 import logging
 from typing import Any
 
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from config.models import AuthConfig
 from proxy.identity import MASTERS, Identity, identity_from_peercert
@@ -31,6 +31,9 @@ ANONYMOUS = Identity("system:anonymous", ("system:unauthenticated",))
 # entries; distinct tokens remembered at once. 10,000 covers every kubelet of a large RP
 # without letting a token-spraying client grow memory without bound.
 _TOKEN_CACHE_SIZE = 10_000
+# entries; distinct certificate subjects whose identity is remembered (each ~0.5 KB). A replica
+# serves a few thousand kubelets; a subject beyond it is read again from its certificate.
+_SUBJECT_CACHE_SIZE = 20_000
 
 
 def _digest(token: str) -> bytes:
@@ -43,6 +46,11 @@ def without_masters(identity: Identity) -> Identity:
     return Identity(identity.user, tuple(g for g in identity.groups if g != MASTERS), identity.uid)
 
 
+def _from_certificate(peercert: dict[str, Any]) -> Identity | None:
+    identity = identity_from_peercert(peercert)
+    return without_masters(identity) if identity is not None else None
+
+
 class Authenticator:
     def __init__(self, config: AuthConfig, token_review: PartitionClient | None) -> None:
         self.config = config
@@ -51,13 +59,23 @@ class Authenticator:
         self.cache: TTLCache[bytes, Identity | None] = TTLCache(
             maxsize=_TOKEN_CACHE_SIZE, ttl=max(config.token_cache_seconds, 0.001)
         )
+        # A verified certificate's subject -> its identity: read once, so every request of a
+        # client shares one Identity (and its impersonation header block).
+        self.subjects: LRUCache[Any, Identity | None] = LRUCache(maxsize=_SUBJECT_CACHE_SIZE)
 
     async def authenticate(self, peercert: dict[str, Any] | None, authorization: str) -> Identity | None:
         """The client's identity from its verified certificate (getpeercert() shape) or its
         Authorization header, or None (401)."""
-        identity = identity_from_peercert(peercert)
-        if identity is not None:
-            return without_masters(identity)
+        if peercert:
+            subject = peercert.get("subject")
+            try:
+                identity = self.subjects[subject]
+            except KeyError:
+                identity = self.subjects[subject] = _from_certificate(peercert)
+            except TypeError:  # a subject that cannot be a key (no real certificate has one)
+                identity = _from_certificate(peercert)
+            if identity is not None:
+                return identity
         scheme, _, token = authorization.partition(" ")
         token = token.strip()
         if scheme.lower() == "bearer" and token:

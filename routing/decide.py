@@ -35,6 +35,7 @@ tenant partition until the move's routing switch (docs/partition-set.md).
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,13 @@ class Route:
     def slot(self, partition: str) -> int:
         """The slot of `partition` in this route's RV space. Raises ValueError if absent."""
         return self.rv_space.index(partition)
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward(partition: str, space: tuple[str, ...]) -> Route:
+    """The route of a request to one partition. Routes are immutable, so the routes of the
+    (partition, RV space) pairs in use are made once and shared (most requests take one)."""
+    return Route(RouteKind.FORWARD, (partition,), space)
 
 
 def _not_found() -> Route:
@@ -270,24 +278,24 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
     if pinned:
         pinned_is_rp = pinned in p.resource_partitions
         if pinned_is_rp and (node_scoped or is_pinned_lease_list(info, p)):
-            return Route(RouteKind.FORWARD, (pinned,), space)
+            return _forward(pinned, space)
         if not pinned_is_rp and not node_scoped:
-            return Route(RouteKind.FORWARD, (pinned,), space)
+            return _forward(pinned, space)
 
     # 2. Node-scoped objects: where the node is (node index), else where a create puts it.
     if node_scoped:
         name = info.name or (body_name if info.verb == "create" else None)
         if name:
             owner = state.node_index.get(name) if info.verb != "create" else None
-            return Route(RouteKind.FORWARD, (owner or p.partition_of_node(name),), space)
+            return _forward(owner or p.partition_of_node(name), space)
         if info.verb == "create":
             if body_name is None:
                 return Route(RouteKind.NEEDS_BODY_NAME)
             # No name in the body either (generateName): the first RP validates and names it.
-            return Route(RouteKind.FORWARD, (p.resource_partitions[0],), space)
+            return _forward(p.resource_partitions[0], space)
         if info.verb in _UNION_VERBS:
             return Route(RouteKind.FAN_OUT, p.resource_partitions, space)
-        return Route(RouteKind.FORWARD, (p.resource_partitions[0],), space)
+        return _forward(p.resource_partitions[0], space)
 
     # 3. Tenant-scoped objects.
     if p.fenced and info.verb in _WRITE_VERBS:
@@ -301,26 +309,26 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         name = info.name or (body_name if info.verb == "create" else None)
         if name:
             owner = owner_of_namespaced(name, state, tenant=info.tenant)
-            return Route(RouteKind.FORWARD, (owner,), space)
+            return _forward(owner, space)
         if info.verb == "create":
             if body_name is None:
                 return Route(RouteKind.NEEDS_BODY_NAME)
-            return Route(RouteKind.FORWARD, (p.system_partition,), space)
+            return _forward(p.system_partition, space)
         if info.verb in _UNION_VERBS:
             return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
-        return Route(RouteKind.FORWARD, (p.system_partition,), space)
+        return _forward(p.system_partition, space)
     if info.namespace:
         owner = owner_of_namespaced(info.namespace, state, tenant=info.tenant)
         if key == ("", "pods") and info.subresource in _VIA_KUBELET and info.name and p.config.kubelet is not None:
             # kube-apiserver proxies a pod's log, exec and attach to the kubelet of the pod's
             # Node, which lives in an RP, not in the pod's TP: the proxy does it (proxy/kubelet.py)
             return Route(RouteKind.FORWARD, (owner,), space, via_kubelet=True)
-        return Route(RouteKind.FORWARD, (owner,), space)
+        return _forward(owner, space)
     if is_every_lease_list(info):
         return Route(RouteKind.FAN_OUT, p.all_partitions, space, owner_filter=True)
     if key in state.namespaced and info.verb in _UNION_VERBS:
         if info.tenant:  # Arktos: every namespace of one tenant lives in that tenant's TP
-            return Route(RouteKind.FORWARD, (p.partition_of_tenant(info.tenant),), space)
+            return _forward(p.partition_of_tenant(info.tenant), space)
         return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
 
     # 4. Everything else.
@@ -329,4 +337,4 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
     ):
         others = tuple(t for t in p.tenant_partitions if t != p.system_partition)
         return Route(RouteKind.FORWARD, (p.system_partition,), space, replicate_to=others)
-    return Route(RouteKind.FORWARD, (p.system_partition,), space)
+    return _forward(p.system_partition, space)

@@ -346,7 +346,7 @@ class WatchMerge:
             new = translate(number)
             return new.decode() if new is not None else None
 
-        return [pb.encode_frame(pb.encode_watch_event(kind, pb.rewrite_rvs(obj, fn)))]
+        return [pb.encode_frame(pb.encode_watch_event(kind, pb.rewrite_rvs(obj, fn, ordered=True)))]
 
 
 def deleted_events(body: bytes, native: int, *, protobuf: bool) -> tuple[list[bytes], str]:

@@ -405,14 +405,16 @@ _Pieces = list[bytes | memoryview]
 
 
 def _rewrite(
-    data: bytes, view: memoryview, start: int, end: int, layout: _Layout, fn: RVFn
+    data: bytes, view: memoryview, start: int, end: int, layout: _Layout, fn: RVFn, ordered: bool
 ) -> tuple[_Pieces, int] | None:
     """The new content of the message data[start:end] as (pieces, total bytes), or None when
-    `fn` changes nothing in it. Unchanged spans are memoryview slices of `data`."""
+    `fn` changes nothing in it. Unchanged spans are memoryview slices of `data`. `ordered`: the
+    fields are in field-number order, so the walk ends after the last field of `layout`."""
     pieces: _Pieces | None = None
     size = 0
     copied = pos = start
     get = layout.get
+    last = max(layout) if ordered else _MAX_FIELD
     while pos < end:
         number = _LD_KEY[data[pos]]
         if number and pos + 1 < end:  # fast path, as in `_fields`
@@ -427,12 +429,16 @@ def _rewrite(
             field_start, pos = pos, ve
             sub = get(number)
             if sub is None:
+                if number > last:
+                    break  # ordered: no field of the layout comes after this one
                 continue
         else:
             number, wire, vs, ve = _field(data, pos, end)
             field_start, pos = pos, ve
             sub = get(number)
             if sub is None:
+                if number > last:
+                    break
                 continue
             _expect_ld(number, wire)
         if isinstance(sub, RVField):
@@ -446,7 +452,7 @@ def _rewrite(
             inner: _Pieces = [payload]
             inner_size = len(payload)
         else:
-            changed = _rewrite(data, view, vs, ve, sub, fn)
+            changed = _rewrite(data, view, vs, ve, sub, fn, ordered)
             if changed is None:
                 continue
             inner, inner_size = changed
@@ -469,7 +475,7 @@ def _rewrite(
 
 
 def rewrite_rvs(
-    body: bytes, fn: RVFn, *, default_api_version: str = "", default_kind: str = ""
+    body: bytes, fn: RVFn, *, default_api_version: str = "", default_kind: str = "", ordered: bool = False
 ) -> bytes:
     """`body` (`k8s\\0` + Unknown) with every non-empty RV replaced by `fn(where, value)`.
 
@@ -483,13 +489,20 @@ def rewrite_rvs(
     kube-apiserver fills a missing kind or apiVersion from the endpoint (protobuf.go
     `copyKindDefaults`); `default_api_version`/`default_kind` play that role for request bodies.
     `fn` is not called for an absent or empty field, and an absent field stays absent. Returns
-    `body` itself when `fn` changes nothing. Enclosing length prefixes are re-encoded; every
+    `body` itself when `fn` changes nothing. `ordered`: the body's fields are in field-number
+    order, as kube-apiserver (Go's generated marshallers) writes every message, so a message's
+    walk stops after the last field that can hold an RV (answers; a client's body is walked
+    whole). Enclosing length prefixes are re-encoded; every
     other byte is copied. Raises ProtobufError for a malformed body or a field on the path to an
     RV that has the wrong wire type or is not UTF-8; exceptions from `fn` propagate.
     """
     data = _bytes_of(body)
     if not data.startswith(MAGIC):
         raise ProtobufError("not a Kubernetes protobuf body: no k8s\\0 magic")
+    if ordered:
+        fast = _rewrite_own_rv(data, fn, default_api_version, default_kind)
+        if fast is not None:
+            return body if fast is data else fast
     type_meta: list[tuple[int, int]] = []
     raws: list[tuple[int, int, int]] = []  # (field start, value start, value end) of each raw
     for field_start, number, wire, vs, ve in _fields(data, len(MAGIC), len(data)):
@@ -513,7 +526,7 @@ def rewrite_rvs(
     pieces: _Pieces = [MAGIC]
     copied = len(MAGIC)
     for field_start, vs, ve in raws:
-        changed = _rewrite(data, view, vs, ve, layout, fn)
+        changed = _rewrite(data, view, vs, ve, layout, fn, ordered)
         if changed is None:
             continue
         pieces.append(view[copied:field_start])
@@ -524,6 +537,79 @@ def rewrite_rvs(
         return body
     pieces.append(view[copied:])
     return b"".join(pieces)
+
+
+_OWN_ONLY = {1: {6: RVField.OWN}}  # the layout of most objects: metadata.resourceVersion and nothing else
+_TYPE_META_KEY = 1 << 3 | 2  # Unknown field 1 (TypeMeta), length-delimited
+_RAW_KEY = 2 << 3 | 2  # Unknown field 2 (raw)
+_ENVELOPE_TAIL = 16  # bytes after raw in kube-apiserver's envelope: contentEncoding, contentType (empty)
+_METADATA_KEY = 1 << 3 | 2  # field 1 (ObjectMeta), length-delimited
+_RV_KEY = 6 << 3 | 2  # ObjectMeta field 6 (resourceVersion), length-delimited
+
+
+def _length(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(the length varint at `pos`, the position after it): one byte without a call."""
+    if pos < end:
+        length = data[pos]
+        if length < 0x80:
+            return length, pos + 1
+    return _varint(data, pos, end)
+
+
+def _rewrite_own_rv(data: bytes, fn: RVFn, default_api_version: str, default_kind: str) -> bytes | None:
+    """`rewrite_rvs` of an ordered body laid out as kube-apiserver writes a single object, when
+    its only RV is metadata.resourceVersion (most kinds), without the general walk: the envelope
+    is TypeMeta (1) then raw (2) then the two short strings (3, 4); the object's first field is
+    its metadata; the metadata fields before the RV (1-5) are strings with one-byte keys.
+    `data` itself when `fn` changes nothing; None when the body is not laid out so (the general
+    walk then decides)."""
+    end = len(data)
+    pos = 4  # after the magic
+    if end < pos + 2 or data[pos] != _TYPE_META_KEY:
+        return None
+    length = data[pos + 1]
+    if length >= 0x80:
+        return None
+    type_meta_end = pos + 2 + length
+    if type_meta_end + 2 > end or data[type_meta_end] != _RAW_KEY:
+        return None
+    raw_start = type_meta_end
+    length, vs = _varint(data, raw_start + 1, end)
+    ve = vs + length
+    if ve > end or end - ve > _ENVELOPE_TAIL or any(number <= 2 for _, number, _, _, _ in _fields(data, ve, end)):
+        return None  # a second TypeMeta or raw: the general walk merges them
+    if _layout_of_type_meta(data[pos + 2 : type_meta_end], default_api_version, default_kind) != _OWN_ONLY:
+        return None
+    if vs >= ve or data[vs] != _METADATA_KEY:
+        return None
+    meta_length, meta_vs = _length(data, vs + 1, ve)
+    meta_ve = meta_vs + meta_length
+    if meta_ve > ve:
+        return None
+    pos = meta_vs
+    while pos < meta_ve:
+        key = data[pos]
+        if key > _RV_KEY or key & 7 != 2:
+            return data  # past field 6, or no string field before it: no RV set (Go omits an empty one)
+        length, value_start = _length(data, pos + 1, meta_ve)
+        value_end = value_start + length
+        if value_end > meta_ve:
+            return None
+        if key == _RV_KEY:
+            if not length:
+                return data
+            old = _text(data, value_start, value_end)
+            new = fn(RVField.OWN, old)
+            if new is None or new == old:
+                return data
+            value = new.encode()
+            field = _head(6, len(value)) + value
+            meta_length_new = meta_length - (value_end - pos) + len(field)
+            meta = _head(1, meta_length_new)
+            inner = len(meta) + meta_length_new + (ve - meta_ve)
+            return b"".join((data[:raw_start], _head(2, inner), meta, data[meta_vs:pos], field, data[value_end:]))
+        pos = value_end
+    return data
 
 
 @functools.lru_cache(maxsize=512)
@@ -600,7 +686,7 @@ def rewrite_item_rvs(item: bytes, fn: RVFn, *, api_version: str = "", kind: str 
     ProtobufError for a malformed item."""
     data = _bytes_of(item)
     layout = _object_layout(api_version.rpartition("/")[0], kind, RVField.ITEM)
-    changed = _rewrite(data, memoryview(data), 0, len(data), layout, fn)
+    changed = _rewrite(data, memoryview(data), 0, len(data), layout, fn, True)  # items come from kube-apiserver: ordered
     return item if changed is None else b"".join(changed[0])
 
 

@@ -19,6 +19,7 @@ partition's native RV, whatever the encoding and wherever the field sits.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 
 from routing import protobuf as pb
@@ -54,6 +55,12 @@ def media_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
+# distinct Content-Type and Accept values remembered by `encoding_of` and `without_cbor` (a
+# handful are in use: clients send the same few media types on every request).
+_MEDIA_CACHE = 256
+
+
+@functools.lru_cache(maxsize=_MEDIA_CACHE)
 def encoding_of(content_type: str) -> Encoding:
     media = media_type(content_type)
     if media in _JSON_TYPES:
@@ -130,7 +137,7 @@ def answer_translator(content_type: str, to_proxy: ToProxy) -> Callable[[bytes],
         return lambda body: rvjson.translate_yaml_natives(body, to_proxy)
     if encoding is Encoding.PROTOBUF:
         fn = protobuf_rv_fn(to_proxy)
-        return lambda body: pb.rewrite_rvs(body, fn) if body.startswith(pb.MAGIC) else body
+        return lambda body: pb.rewrite_rvs(body, fn, ordered=True) if body.startswith(pb.MAGIC) else body
     return None
 
 
@@ -151,7 +158,7 @@ class StreamTranslator:
             out = []
             for frame in self._frames.feed(chunk):
                 event = pb.decode_watch_event(frame)
-                translated = pb.rewrite_rvs(event.object, self._pb_fn) if event.object.startswith(pb.MAGIC) else event.object
+                translated = pb.rewrite_rvs(event.object, self._pb_fn, ordered=True) if event.object.startswith(pb.MAGIC) else event.object
                 out.append(pb.encode_frame(pb.encode_watch_event(event.type, translated)))
             return b"".join(out)
         self._pending += chunk
@@ -177,6 +184,7 @@ def stream_translator(content_type: str, to_proxy: ToProxy) -> StreamTranslator 
 # -- negotiation ---------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=_MEDIA_CACHE)
 def without_cbor(accept: str) -> str | None:
     """The Accept header without CBOR media types; "" when the client sent none; None when
     only CBOR was acceptable (the answer is 406, as from a kube-apiserver without CBOR)."""

@@ -166,7 +166,7 @@ class ProtobufFormat:
 
     def event(self, kind: str, raw: bytes, stamp: str = "") -> bytes:
         if stamp:
-            raw = pb.rewrite_rvs(raw, _stamp_fn(stamp))
+            raw = pb.rewrite_rvs(raw, _stamp_fn(stamp), ordered=True)
         return pbi.event_frame(kind, raw)
 
     def bookmark(self, api_version: str, item_kind: str, stamp: str, *, initial_events_end: bool = False) -> bytes:

@@ -284,6 +284,27 @@ def test_rewriting_every_rv_to_39_digits_and_back_restores_the_exact_bytes(name:
     assert rewrite_rvs(long, from_39_digits) == body
 
 
+@pytest.mark.parametrize("name", ENVELOPED)
+def test_an_answer_walked_in_field_order_is_rewritten_exactly_as_one_walked_whole(name: str) -> None:
+    body = fixture(name)
+
+    assert rewrite_rvs(body, to_39_digits, ordered=True) == rewrite_rvs(body, to_39_digits)
+
+
+def test_an_ordered_walk_stops_after_the_last_field_that_can_hold_an_rv() -> None:
+    # metadata (1) with its RV (6), then a field kube-apiserver would never send malformed: an
+    # answer's walk does not read it, a client's body is read whole.
+    body = envelope(ld(1, ld(6, "1")) + ld(2, b"") + b"\x1b")
+
+    seen: list[tuple[RVField, str]] = []
+    out = rewrite_rvs(body, lambda where, value: "2", ordered=True)
+
+    rewrite_rvs(out, lambda where, value: seen.append((where, value)), ordered=True)
+    assert seen == [(RVField.OWN, "2")] and out.endswith(ld(2, b"") + b"\x1b" + ld(3, b"") + ld(4, b""))
+    with pytest.raises(ProtobufError):
+        rewrite_rvs(body, lambda where, value: "2")
+
+
 def test_rewriting_a_pod_rv_changes_only_the_rv_and_the_lengths_around_it() -> None:
     body = fixture("pod.pb")
 

@@ -245,7 +245,7 @@ def test_partition_prefix_does_not_change_the_rest_of_the_request_info() -> None
 
 
 def _fields(info: RequestInfo) -> dict[str, object]:
-    return {name: getattr(info, name) for name in RequestInfo.__slots__}
+    return {name: getattr(info, name) for name in RequestInfo._fields}
 
 
 # --- Arktos tenant paths ----------------------------------------------------------------------
