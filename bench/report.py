@@ -409,25 +409,43 @@ def _lag_split(cases: list[dict[str, Any]]) -> str:
 def render_routed_requests(doc: dict[str, Any], path: Path | None = None) -> str:
     rows = []
     for c in doc["cases"]:
-        p, d = c["proxy"], c["direct"]
+        p, d, lean = c["proxy"], c.get("direct"), c.get("lean")
         rows.append([
+            c.get("client_protocol", "h2"),
             c["op"],
             _f(c["concurrency"]),
-            f"{_f(p['requests_per_second'], 0)} / {_f(d['requests_per_second'], 0)}",
-            _x(c["ratio_throughput_proxy_over_direct"]),
-            f"{_f(p['p50_ms'], 2)} / {_f(d['p50_ms'], 2)}",
-            f"{c['added_p50_ms']:+.2f}",
-            f"{_f(p['p99_ms'], 2)} / {_f(d['p99_ms'], 2)}",
-            _f(p["cpu_per_request_ms"], 3),
-            f"{p['failed']} / {d['failed']}",
+            f"{_f(p['requests_per_second'], 0)} / {_f(d['requests_per_second'], 0) if d else '–'} / "
+            f"{_f(lean['requests_per_second'], 0) if lean else '–'}",
+            _x(c.get("ratio_throughput_proxy_over_direct")),
+            _x(c.get("ratio_throughput_proxy_over_lean")),
+            f"{_f(p['p50_ms'], 2)} / {_f(d['p50_ms'], 2) if d else '–'}",
+            f"{c['added_p50_ms']:+.2f}" if "added_p50_ms" in c else "–",
+            f"{_f(p['cpu_per_request_ms'], 3)} / {_f(lean['cpu_per_request_ms'], 3) if lean else '–'}"
+            + (f" / {_f(c['aiohttp']['cpu_per_request_ms'], 3)}" if "aiohttp" in c else ""),
+            _x(c.get("ratio_cpu_proxy_over_lean")),
+            f"{p['failed']} / {d['failed'] if d else '–'}",
         ])
-    header = ["request", "concurrency", "requests/s (proxy / direct)", "ratio", "p50 ms", "added p50 ms", "p99 ms",
-              "proxy CPU ms per request", "failed"]
+    header = ["client", "request", "concurrency", "requests/s (proxy / direct / lean peer)", "vs direct", "vs lean",
+              "p50 ms (proxy / direct)", "added p50 ms", "CPU ms per request (proxy / lean" + (" / aiohttp)" if any("aiohttp" in c for c in doc["cases"]) else ")"),
+              "CPU vs lean", "failed"]
     params = doc.get("params", {})
-    setup = (f"proxy workers: {params.get('proxy_workers', params.get('workers') or 'default')}, "
+    setup = (f"proxy workers and peer processes: {params.get('proxy_workers', params.get('workers') or 'default')}, "
              f"event loop: {params.get('proxy_event_loop', params.get('event_loop') or 'default')}, "
-             f"connections: {params.get('connections', 'one')} (one per concurrent client, or one for all)")
+             f"connections: {params.get('connections', 'one')} (one per concurrent client, or one for all), "
+             f"pinned: {'yes (proxy and peers on one CPU, the rest on the other)' if params.get('pin') else 'no'}")
     return _heading(doc, path) + f"\n{setup}\n\n" + _table(header, rows) + "\n"
+
+
+def render_transport_cpu(doc: dict[str, Any], path: Path | None = None) -> str:
+    ratios = doc.get("ratio_to_floor") or {}
+    rows = [[name, _f(r["cpu_us_per_request"], 1), _x(ratios.get(name)), _f(r["requests_per_second"], 0)]
+            for name, r in doc["candidates"].items()]
+    return _heading(doc, path) + "\n" + _table(["transport", "CPU us per GET", "vs the floor", "GETs/s"], rows) + "\n"
+
+
+def render_metrics_cost(doc: dict[str, Any], path: Path | None = None) -> str:
+    rows = [[mode, _f(us, 2)] for mode, us in doc["us_per_request"].items()]
+    return _heading(doc, path) + "\n" + _table(["recording one request's metrics", "CPU us per request"], rows) + "\n"
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any], Path | None], str]] = {
@@ -435,6 +453,8 @@ RENDERERS: dict[str, Callable[[dict[str, Any], Path | None], str]] = {
     "watch_fanout": render_watch_fanout,
     "watch_fanout_h2": render_watch_fanout_h2,
     "routed_requests": render_routed_requests,
+    "transport_cpu": render_transport_cpu,
+    "metrics_cost": render_metrics_cost,
     "cache_memory": render_cache_memory,
     "union_watch": render_union_watch,
     "density": render_density,

@@ -499,10 +499,9 @@ def rewrite_rvs(
     data = _bytes_of(body)
     if not data.startswith(MAGIC):
         raise ProtobufError("not a Kubernetes protobuf body: no k8s\\0 magic")
-    if ordered:
-        fast = _rewrite_own_rv(data, fn, default_api_version, default_kind)
-        if fast is not None:
-            return body if fast is data else fast
+    fast = _rewrite_own_rv(data, fn, default_api_version, default_kind, ordered)
+    if fast is not None:
+        return body if fast is data else fast
     type_meta: list[tuple[int, int]] = []
     raws: list[tuple[int, int, int]] = []  # (field start, value start, value end) of each raw
     for field_start, number, wire, vs, ve in _fields(data, len(MAGIC), len(data)):
@@ -556,13 +555,13 @@ def _length(data: bytes, pos: int, end: int) -> tuple[int, int]:
     return _varint(data, pos, end)
 
 
-def _rewrite_own_rv(data: bytes, fn: RVFn, default_api_version: str, default_kind: str) -> bytes | None:
-    """`rewrite_rvs` of an ordered body laid out as kube-apiserver writes a single object, when
-    its only RV is metadata.resourceVersion (most kinds), without the general walk: the envelope
-    is TypeMeta (1) then raw (2) then the two short strings (3, 4); the object's first field is
-    its metadata; the metadata fields before the RV (1-5) are strings with one-byte keys.
-    `data` itself when `fn` changes nothing; None when the body is not laid out so (the general
-    walk then decides)."""
+def _rewrite_own_rv(data: bytes, fn: RVFn, default_api_version: str, default_kind: str, ordered: bool) -> bytes | None:
+    """`rewrite_rvs` of a body laid out as kube-apiserver and client-go write a single object,
+    when its only RV is metadata.resourceVersion (most kinds), without the general walk: the
+    envelope is TypeMeta (1) then raw (2) then the two short strings (3, 4), the object has one
+    metadata field, and the metadata one resourceVersion. `data` itself when `fn` changes
+    nothing; None when the body is not laid out so (the general walk then decides). `ordered`:
+    as in `rewrite_rvs` (each walk stops at the field it looks for)."""
     end = len(data)
     pos = 4  # after the magic
     if end < pos + 2 or data[pos] != _TYPE_META_KEY:
@@ -580,36 +579,65 @@ def _rewrite_own_rv(data: bytes, fn: RVFn, default_api_version: str, default_kin
         return None  # a second TypeMeta or raw: the general walk merges them
     if _layout_of_type_meta(data[pos + 2 : type_meta_end], default_api_version, default_kind) != _OWN_ONLY:
         return None
-    if vs >= ve or data[vs] != _METADATA_KEY:
-        return None
-    meta_length, meta_vs = _length(data, vs + 1, ve)
-    meta_ve = meta_vs + meta_length
-    if meta_ve > ve:
-        return None
-    pos = meta_vs
-    while pos < meta_ve:
-        key = data[pos]
-        if key > _RV_KEY or key & 7 != 2:
-            return data  # past field 6, or no string field before it: no RV set (Go omits an empty one)
-        length, value_start = _length(data, pos + 1, meta_ve)
-        value_end = value_start + length
-        if value_end > meta_ve:
-            return None
-        if key == _RV_KEY:
-            if not length:
-                return data
-            old = _text(data, value_start, value_end)
-            new = fn(RVField.OWN, old)
-            if new is None or new == old:
-                return data
-            value = new.encode()
-            field = _head(6, len(value)) + value
-            meta_length_new = meta_length - (value_end - pos) + len(field)
-            meta = _head(1, meta_length_new)
-            inner = len(meta) + meta_length_new + (ve - meta_ve)
-            return b"".join((data[:raw_start], _head(2, inner), meta, data[meta_vs:pos], field, data[value_end:]))
-        pos = value_end
-    return data
+    meta = _only(data, vs, ve, _METADATA_KEY, ordered)
+    if meta is None or meta is _ABSENT:
+        return None if meta is None else data
+    _, meta_vs, meta_ve = meta
+    rv = _only(data, meta_vs, meta_ve, _RV_KEY, ordered)
+    if rv is None or rv is _ABSENT:
+        return None if rv is None else data
+    rv_start, value_start, value_end = rv
+    if value_start == value_end:
+        return data
+    old = _text(data, value_start, value_end)
+    new = fn(RVField.OWN, old)
+    if new is None or new == old:
+        return data
+    value = new.encode()
+    field = _head(6, len(value)) + value
+    meta_length = meta_ve - meta_vs - (value_end - rv_start) + len(field)
+    meta_head = _head(1, meta_length)
+    inner = (ve - vs) - (meta_ve - meta[0]) + len(meta_head) + meta_length
+    return b"".join((data[:raw_start], _head(2, inner), data[vs:meta[0]], meta_head, data[meta_vs:rv_start], field,
+                     data[value_end:]))
+
+
+_ABSENT = (-1, -1, -1)
+
+
+def _only(data: bytes, start: int, end: int, key: int, ordered: bool) -> tuple[int, int, int] | None:
+    """(field start, value start, value end) of the one field of data[start:end] whose key is
+    the one-byte length-delimited `key`; `_ABSENT` when there is none; None when there are
+    several or the message cannot be read here. `ordered`: fields are in field-number order, so
+    the walk stops at the first field past `key`."""
+    found = _ABSENT
+    pos = start
+    number = key >> 3
+    while pos < end:
+        byte = data[pos]
+        if byte < 0x80 and byte & 7 == 2:  # a length-delimited field with a one-byte key
+            length = data[pos + 1] if pos + 1 < end else 0x80  # (inlined: this loop is on every request)
+            if length < 0x80:
+                vs = pos + 2
+            else:
+                length, vs = _varint(data, pos + 1, end)
+            if byte == key:
+                if found is not _ABSENT:
+                    return None  # repeated: the general walk rewrites every occurrence
+                found = (pos, vs, vs + length)
+            elif ordered and byte > key:
+                break
+            pos = vs + length
+        elif byte >> 3 == number:
+            return None  # the field, with another wire type: malformed, the general walk says how
+        elif ordered and byte > key:
+            break
+        else:
+            try:
+                pos = _field(data, pos, end)[3]
+            except ProtobufError:
+                return None
+    return None if pos > end else found
 
 
 @functools.lru_cache(maxsize=512)
