@@ -1,5 +1,6 @@
-"""The request pipeline's own types: what a front end (HTTP/1.1 by aiohttp, HTTP/2 by h2) hands
-the pipeline, and how the pipeline answers. Nothing here knows which protocol carries them.
+"""The request pipeline's own types: what a front end (HTTP/1.1 by aiohttp, HTTP/2 by the proxy's
+own framing layer) hands the pipeline, and how the pipeline answers. Nothing here knows which
+protocol carries them.
 
 - `Request`: method, raw path and query, decoded query, headers, the verified client
   certificate, and the body as a stream (`Body`).

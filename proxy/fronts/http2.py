@@ -1,23 +1,29 @@
-"""The HTTP/2 front: h2 (python-hyper's sans-I/O protocol) over asyncio's TLS transport, feeding
-the same pipeline as the HTTP/1.1 front (`proxy.pipeline.chain.Pipeline`).
+"""The HTTP/2 front: the project's own HTTP/2 framing (`proxy.fronts.http2_protocol`, sans I/O,
+with HPACK in `proxy.fronts.http2_headers`) over asyncio's TLS transport, feeding the same
+pipeline as the HTTP/1.1 front (`proxy.pipeline.chain.Pipeline`).
 
 Every stream becomes one pipeline `Request` served by a task of its own; its answer goes back as
-HEADERS and DATA frames. What a client-go process expects of kube-apiserver's Go server holds
-here too:
+HEADERS and DATA frames, built once; the frames every stream queues in a loop turn leave in one
+transport write. What a client-go process expects of kube-apiserver's Go server holds here too:
 - **Streams**: SETTINGS_MAX_CONCURRENT_STREAMS is `http2.max_concurrent_streams` (100, as
   kube-apiserver: `--http2-max-streams-per-connection` unset, `pkg/server/secure_serving.go`);
-  client-go opens a second connection beyond it.
+  a stream beyond it is refused (REFUSED_STREAM) and client-go opens a second connection.
 - **Flow control and backpressure, per stream**: a stream is written only as far as its window
   (and the connection's) allows; a stream whose window stays shut for `write_timeout` seconds
   (its reader does not read) is reset with RST_STREAM (CANCEL), never the whole connection.
-  A request body is acknowledged (WINDOW_UPDATE) as the pipeline consumes it.
-- **PING** is answered as soon as its frame is read (h2 queues the ACK; every read flushes):
-  client-go closes a connection whose ping goes unanswered for 15 s (kubernetes#121793).
+  A request body has a window of 1 MiB per stream and is acknowledged (WINDOW_UPDATE) as the
+  pipeline consumes it.
+- **PING** is answered as soon as its frame is read (every read flushes): client-go closes a
+  connection whose ping goes unanswered for 15 s (kubernetes#121793).
 - **Shutdown**: `shutdown()` sends GOAWAY, refuses new streams (REFUSED_STREAM: the client
   retries them elsewhere), lets the open ones end (watches end at once, with END_STREAM), then
   closes the connection after the grace period.
+- **Requests**: header fields are checked as RFC 9113 §8.2-8.3 asks (lower-case names, no
+  connection-specific fields, pseudo-header fields first, once and complete, no CR, LF or NUL
+  in values: nothing that could split the HTTP/1.1 request sent upstream passes); a malformed
+  request is reset (PROTOCOL_ERROR) and the connection goes on.
 - **Abuse**: header lists over `max_header_list_size` and more than 64 CONTINUATION frames per
-  header block are refused by h2 itself (CVE-2024-27316 class), a frame announcing more than
+  header block are refused (CVE-2024-27316 class), a frame announcing more than
   SETTINGS_MAX_FRAME_SIZE before its bytes are buffered; a client that resets streams faster
   than `_RESETS_PER_SECOND` (rapid reset, CVE-2023-44487) or whose unread output (ping or
   settings floods) passes `_MAX_UNREAD_OUTPUT` gets GOAWAY (ENHANCE_YOUR_CALM) and is
@@ -28,7 +34,6 @@ here too:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -37,22 +42,27 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 from urllib.parse import parse_qsl
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
+from proxy.fronts.http2_headers import AnswerEncoder
+from proxy.fronts.http2_protocol import (
+    DEFAULT_WINDOW,
+    ConnectionTerminated,
+    DataReceived,
+    ErrorCode,
+    ProtocolError,
+    RequestReceived,
+    ServerConnection,
+    StreamClosed,
+    StreamEnded,
+    StreamReset,
+    WindowOpened,
+)
 from proxy.messages import Answer, ClientGone, Headers, LineSource, NoBody, Outcome, Request, WebSocketChannel
 from proxy.pipeline.chain import Pipeline
 
 log = logging.getLogger("partition_proxy.http2")
 
-# Headers that mean something only to one HTTP/1.1 connection (RFC 9113 §8.2.2): never sent in
-# HTTP/2, whatever a partition's answer carried.
-_CONNECTION_SPECIFIC = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"})
 # stream resets per second a client may cause on average, and in a burst (a token bucket). A
 # client-go process resets a stream when a request's context is cancelled before its answer: a
 # handful per second. Rapid-reset attackers send thousands.
@@ -63,13 +73,14 @@ _RESET_BURST = 200.0
 # watch bursts; flow control keeps DATA for one stream far below it.
 _MAX_UNREAD_OUTPUT = 4 * 1024 * 1024
 # bytes; each stream's receive window (request bodies), as Go's server: 1 MiB (http2 initialWindowSize
-# for a server: `http2.Server.MaxUploadBufferPerStream` default).
+# for a server: `http2.Server.MaxUploadBufferPerStream` default). The connection's is as large
+# again on top of the 65,535 bytes every connection starts with.
 _STREAM_WINDOW = 1024 * 1024
 # lines a pushed stream (a watch served from a cache) keeps while its window is shut before it is
 # reset: a cache watcher's queue (proxy.cache.cache_watcher.DEFAULT_QUEUE_SIZE).
 _MAX_PUSHED_LINES = 1000
-# bytes of a frame header (RFC 9113 §4.1)
-_FRAME_HEADER = 9
+# the decoded query of a request without one (read-only, so shared)
+_NO_QUERY: MultiDictProxy[str] = MultiDictProxy(MultiDict())
 
 
 class _Body:
@@ -127,7 +138,7 @@ class _NoBody(NoBody):
     __slots__ = ()
 
     def feed(self, data: bytes, flow_controlled: int) -> None:
-        pass  # DATA after END_STREAM: h2 refuses it before it gets here
+        pass  # DATA after END_STREAM: the protocol refuses it before it gets here
 
     def end(self) -> None:
         pass
@@ -177,23 +188,25 @@ class _Writer:
         self._ended = False
 
     async def respond(self, answer: Answer) -> None:
-        headers = CIMultiDict(answer.headers) if answer.headers is not None else CIMultiDict()
-        if answer.content_type is not None and "Content-Type" not in headers:
-            headers["Content-Type"] = answer.content_type
-        headers["Content-Length"] = str(len(answer.body))
+        headers = answer.headers
+        content_type = answer.content_type
+        if content_type is not None and headers is not None and "Content-Type" in headers:
+            content_type = None
+        block = self._conn.encoder.encode(answer.status, headers.items() if headers is not None else (),
+                                          content_type=content_type, content_length=len(answer.body))
         self.status = answer.status
         body = b"" if self._head else answer.body
-        self._conn.send_headers(self._stream, answer.status, headers, end=not body)
+        self._conn.send_headers(self._stream, block, end=not body)
         if body:
-            await self._conn.send_data(self._stream, answer.body, end=True)
+            await self._conn.send_data(self._stream, body, end=True)
         self._ended = True
 
     async def start(self, status: int, headers: Headers, *, content_type: str | None = None) -> None:
-        sent = CIMultiDict(headers)
-        if content_type is not None and "Content-Type" not in sent:
-            sent["Content-Type"] = content_type
+        if content_type is not None and "Content-Type" in headers:
+            content_type = None
+        block = self._conn.encoder.encode(status, headers.items(), content_type=content_type)
         self.status, self.started = status, True
-        self._conn.send_headers(self._stream, status, sent, end=False)
+        self._conn.send_headers(self._stream, block, end=False)
 
     async def write(self, data: bytes) -> None:
         await self._conn.send_data(self._stream, data, end=False)
@@ -225,8 +238,8 @@ class _Pushed:
     for a WINDOW_UPDATE, at most `_MAX_PUSHED_LINES` lines and the write timeout, after which the
     stream is reset (CANCEL). It ends at its deadline (the watch's lifetime), when the source
     terminates (after its last line), or when the client resets it or goes away; then the
-    exchange is closed (`on_end`). No task, no coroutine frame: an idle watch is the h2 stream,
-    the cache watcher and this."""
+    exchange is closed (`on_end`). No task, no coroutine frame: an idle watch is the stream's
+    protocol state, the cache watcher and this."""
 
     __slots__ = ("_conn", "_stream", "_source", "_on_end", "_pending", "_stall", "_expiry", "ended")
 
@@ -264,7 +277,7 @@ class _Pushed:
         if self.ended:
             return
         if self._pending:
-            data = b"".join(self._pending)
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
             sent = self._conn.send_data_now(self._stream, data)
             if sent < 0:
                 self.end(Outcome.GONE)
@@ -293,7 +306,7 @@ class _Pushed:
 
     def _reset(self, why: str) -> None:
         log.debug("stream %d reset: %s", self._stream.id, why)
-        self._conn.reset(self._stream, h2.errors.ErrorCodes.CANCEL)
+        self._conn.reset(self._stream, ErrorCode.CANCEL)
         self.end(Outcome.GONE)
 
     def end(self, outcome: str) -> None:
@@ -311,7 +324,8 @@ class _Pushed:
 
 
 class Http2Connection(asyncio.Protocol):
-    """One client connection speaking HTTP/2 (see the module docstring)."""
+    """One client connection speaking HTTP/2 (see the module docstring). `encoder` encodes the
+    answers' headers (one per front: its cache serves every connection)."""
 
     def __init__(
         self,
@@ -321,27 +335,14 @@ class Http2Connection(asyncio.Protocol):
         max_header_list_size: int,
         write_timeout: float,
         on_close: Callable[[Http2Connection], None] | None = None,
+        encoder: AnswerEncoder | None = None,
     ) -> None:
         self._pipeline = pipeline
         self._write_timeout = write_timeout
         self._on_close = on_close
-        # Inbound headers are validated (clients are untrusted); outbound ones are the proxy's
-        # own, lower-cased and stripped of connection-specific fields in send_headers, and come
-        # from answers aiohttp already parsed: validating them again was ~8 % of the CPU of a
-        # forwarded GET (py-spy, bench/routed_requests.py).
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True,
-                                           validate_outbound_headers=False, normalize_outbound_headers=False)
-        self._h2 = h2.connection.H2Connection(config=config)
-        self._h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: max_header_list_size,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _STREAM_WINDOW,
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            },
-        )
-        self._h2.decoder.max_header_list_size = max_header_list_size  # before the client ACKs our SETTINGS too
+        self._h2 = ServerConnection(max_concurrent_streams=max_concurrent_streams, max_header_list_size=max_header_list_size,
+                                    stream_window=_STREAM_WINDOW, connection_window=DEFAULT_WINDOW + _STREAM_WINDOW)
+        self.encoder = encoder if encoder is not None else AnswerEncoder()
         self._transport: asyncio.Transport | None = None
         self._peercert: dict[str, Any] | None = None
         self._streams: dict[int, _Stream] = {}
@@ -350,7 +351,8 @@ class Http2Connection(asyncio.Protocol):
         self._blocked: dict[_Stream, None] = {}
         self._writable = asyncio.Event()
         self._writable.set()
-        self._closing = False
+        self._closing = False  # GOAWAY sent or the connection closed: no new streams
+        self._closed = False  # the connection is closed (or closing): nothing more is read or written
         self._tokens = _RESET_BURST
         self._tokens_at = time.monotonic()
         self._flush_scheduled = False
@@ -363,39 +365,33 @@ class Http2Connection(asyncio.Protocol):
         # asyncio.Transport but has its methods).
         self._transport = cast(asyncio.Transport, transport)
         self._peercert = self._transport.get_extra_info("peercert")
-        self._h2.initiate_connection()
-        self._h2.increment_flow_control_window(_STREAM_WINDOW)  # the connection's window, as one stream's
+        self._h2.initiate()
         self._flush()
 
     def data_received(self, data: bytes) -> None:
         try:
-            events = self._h2.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            code = getattr(exc, "error_code", h2.errors.ErrorCodes.PROTOCOL_ERROR)
-            self._goaway(code, f"protocol error: {exc}")
-            return
-        # h2 checks a frame's length only once the whole frame is buffered: a header announcing
-        # 16 MiB would make it buffer 16 MiB. What is left unparsed is the start of one frame.
-        pending = self._h2.incoming_buffer._data
-        if len(pending) >= _FRAME_HEADER and int.from_bytes(pending[:3], "big") > self._h2.max_inbound_frame_size:
-            self._goaway(h2.errors.ErrorCodes.FRAME_SIZE_ERROR, "a frame longer than SETTINGS_MAX_FRAME_SIZE")
+            events = self._h2.receive(data)
+        except ProtocolError as exc:
+            self._goaway(exc.code, f"protocol error: {exc}")
             return
         for event in events:
-            if isinstance(event, h2.events.RequestReceived):
+            if self._closed:
+                return
+            if isinstance(event, RequestReceived):
                 self._request(event)
-            elif isinstance(event, h2.events.DataReceived):
+            elif isinstance(event, WindowOpened):
+                self._windows_opened(event.stream_id)
+            elif isinstance(event, DataReceived):
                 self._data(event)
-            elif isinstance(event, h2.events.StreamEnded):
+            elif isinstance(event, StreamEnded):
                 if (stream := self._streams.get(event.stream_id)) is not None:
                     stream.body.end()
-            elif isinstance(event, h2.events.StreamReset):
-                self._reset_by_client(event.stream_id)
-            elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
-                self._windows_opened(getattr(event, "stream_id", 0))
-            elif isinstance(event, h2.events.ConnectionTerminated):
+            elif isinstance(event, StreamReset):
+                self._stream_reset(event.stream_id)
+            elif isinstance(event, ConnectionTerminated):
                 self._close()
                 return
-        self._flush()
+        self._flush()  # PING and SETTINGS acknowledgements, window updates: at once
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -404,7 +400,7 @@ class Http2Connection(asyncio.Protocol):
         self._writable.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closing = True
+        self._closing = self._closed = True
         self._writable.set()
         self._end_streams()
         if self._on_close is not None:
@@ -412,56 +408,49 @@ class Http2Connection(asyncio.Protocol):
 
     # -- incoming ------------------------------------------------------------------------------
 
-    def _request(self, event: h2.events.RequestReceived) -> None:
-        if self._closing:
-            self._h2.reset_stream(event.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
-            return
-        pseudo: dict[bytes, bytes] = {}
-        headers: CIMultiDict[str] = CIMultiDict()
-        for name, value in event.headers or ():
-            if name.startswith(b":"):
-                pseudo[name] = value
-            else:
-                headers.add(name.decode("latin-1"), value.decode("latin-1"))
-        method = pseudo.get(b":method", b"GET").decode("latin-1")
-        raw_path, _, query_string = pseudo.get(b":path", b"/").decode("latin-1").partition("?")
-        if b":authority" in pseudo and "Host" not in headers:
-            headers["Host"] = pseudo[b":authority"].decode("latin-1")
-        length = headers.get("Content-Length", "")
+    def _request(self, event: RequestReceived) -> None:
         stream_id = event.stream_id
-        ended = event.stream_ended is not None
-        body: _Body | _NoBody = _NO_BODY if ended else _Body(functools.partial(self._ack, stream_id))
+        if self._closing:
+            self._h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
+            return
+        head = event.head
+        headers = CIMultiDict(head.headers)
+        if head.authority is not None and "Host" not in headers:
+            headers["Host"] = head.authority
+        raw_path, _, query_string = head.path.partition("?")
+        length = headers.get("Content-Length", "")
+        body: _Body | _NoBody = _NO_BODY if event.ended else _Body(functools.partial(self._ack, stream_id))
         stream = _Stream(stream_id, body)
         self._streams[stream_id] = stream
         request = Request(
-            method=method,
+            method=head.method,
             raw_path=raw_path,
             query_string=query_string,
-            query=_query(query_string),
+            query=_query(query_string) if query_string else _NO_QUERY,
             headers=CIMultiDictProxy(headers),
             body=body,
             peercert=self._peercert,
-            content_length=int(length) if length.isdigit() else None,
+            content_length=int(length) if length.isascii() and length.isdigit() else None,  # "²".isdigit()
             protocol="h2",
         )
-        stream.writer = _Writer(self, stream, head=method == "HEAD")
+        stream.writer = _Writer(self, stream, head=head.method == "HEAD")
         stream.task = asyncio.get_running_loop().create_task(self._serve(stream, request), name=f"h2-stream:{stream_id}")
 
-    def _data(self, event: h2.events.DataReceived) -> None:
+    def _data(self, event: DataReceived) -> None:
         stream = self._streams.get(event.stream_id)
-        if stream is None:  # a stream already reset: give its bytes back to the connection window
-            self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        if stream is None:  # its task is done: give its bytes back to the client at once
+            self._h2.acknowledge(event.stream_id, event.flow_controlled)
             return
-        stream.body.feed(event.data or b"", event.flow_controlled_length)
+        stream.body.feed(event.data, event.flow_controlled)
 
     def _ack(self, stream_id: int, flow_controlled: int) -> None:
-        if self._closing or flow_controlled <= 0:
+        if self._closed:
             return
-        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            self._h2.acknowledge_received_data(flow_controlled, stream_id)
-        self._flush()
+        self._h2.acknowledge(stream_id, flow_controlled)
+        self._flush_soon()
 
-    def _reset_by_client(self, stream_id: int) -> None:
+    def _stream_reset(self, stream_id: int) -> None:
+        """The client reset a stream, or the protocol did for a stream error of the client's."""
         stream = self._streams.pop(stream_id, None)
         if stream is None:
             return
@@ -475,7 +464,7 @@ class Http2Connection(asyncio.Protocol):
             # that were answered long ago; those cost nothing to refuse and are not counted.
             answered = stream.writer is not None and stream.writer.status is not None
             if not answered and not self._spend_reset_token():
-                self._goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "too many streams reset before their answers")
+                self._goaway(ErrorCode.ENHANCE_YOUR_CALM, "too many streams reset before their answers")
 
     def _spend_reset_token(self) -> bool:
         now = time.monotonic()
@@ -515,70 +504,57 @@ class Http2Connection(asyncio.Protocol):
             pass
         except Exception:  # a bug: this stream fails, the connection and its other streams go on
             log.exception("stream %d failed", stream.id)
-            self.reset(stream, h2.errors.ErrorCodes.INTERNAL_ERROR)
+            self.reset(stream, ErrorCode.INTERNAL_ERROR)
         finally:
             stream.done = True
             stream.task = None
             if stream.pushed is None:
                 self._streams.pop(stream.id, None)
-            self._flush()
 
     # -- outgoing ------------------------------------------------------------------------------
 
-    def send_headers(self, stream: _Stream, status: int, headers: Headers, *, end: bool) -> None:
+    def send_headers(self, stream: _Stream, block: bytes, *, end: bool) -> None:
+        """Queue an answer's header block (`encoder.encode`). Raises ClientGone."""
         if self._transport is None or self._transport.is_closing():
             raise ClientGone("connection closed")
-        block = [(b":status", str(status).encode())]
-        for name, value in headers.items():
-            lower = name.lower()
-            if lower in _CONNECTION_SPECIFIC:
-                continue
-            block.append((lower.encode("latin-1"), value.encode("latin-1")))
         try:
-            self._h2.send_headers(stream.id, block, end_stream=end)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError) as exc:
-            raise ClientGone(f"stream {stream.id}: {exc}") from None
+            self._h2.send_headers(stream.id, block, end=end)
+        except StreamClosed:
+            raise ClientGone(f"stream {stream.id} closed") from None
         self._flush_soon()  # with the body's first frames and other streams' answers: one write
 
     async def send_data(self, stream: _Stream, data: bytes, *, end: bool) -> None:
         """Send `data` on a stream as its flow-control windows allow. Raises ClientGone when the
         stream or connection is gone, or the stream's window stays shut past the write timeout
         (the stream is reset then)."""
-        view = memoryview(data)
+        view: bytes | memoryview = data
         while True:
             if self._transport is None or self._transport.is_closing():
                 raise ClientGone("connection closed")
             try:
-                window = self._h2.local_flow_control_window(stream.id)
-            except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+                sent = self._h2.send_data(stream.id, view, end=end)
+            except StreamClosed:
                 raise ClientGone(f"stream {stream.id} closed") from None
-            if window <= 0 and view:
-                self.blocked(stream, True)
-                try:
-                    await stream.window(self._write_timeout)
-                except TimeoutError:
-                    self.reset(stream, h2.errors.ErrorCodes.CANCEL)
-                    raise ClientGone(f"stream {stream.id}: its reader did not read in time") from None
-                finally:
-                    self.blocked(stream, False)
-                continue
-            n = min(window, self._h2.max_outbound_frame_size, len(view))
-            last = n == len(view)
+            if sent or not view:
+                self._flush_soon()
+            if sent == len(view):
+                break
+            view = memoryview(view)[sent:]
+            self.blocked(stream, True)
             try:
-                self._h2.send_data(stream.id, view[:n].tobytes(), end_stream=end and last)
-            except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-                raise ClientGone(f"stream {stream.id} closed") from None
-            view = view[n:]
-            self._flush_soon()
-            if not self._writable.is_set():  # the client does not read its connection at all
-                try:
-                    async with asyncio.timeout(self._write_timeout):
-                        await self._writable.wait()
-                except TimeoutError:
-                    self._goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "client does not read")
-                    raise ClientGone("connection stalled") from None
-            if last:
-                return
+                await stream.window(self._write_timeout)
+            except TimeoutError:
+                self.reset(stream, ErrorCode.CANCEL)
+                raise ClientGone(f"stream {stream.id}: its reader did not read in time") from None
+            finally:
+                self.blocked(stream, False)
+        if not self._writable.is_set():  # the client does not read its connection at all
+            try:
+                async with asyncio.timeout(self._write_timeout):
+                    await self._writable.wait()
+            except TimeoutError:
+                self._goaway(ErrorCode.ENHANCE_YOUR_CALM, "client does not read")
+                raise ClientGone("connection stalled") from None
 
     def send_data_now(self, stream: _Stream, data: bytes) -> int:
         """Send as much of `data` as the windows allow, without waiting: the bytes sent, or -1
@@ -586,18 +562,12 @@ class Http2Connection(asyncio.Protocol):
         iteration, with every other stream's (one write for a fan-out)."""
         if self._transport is None or self._transport.is_closing():
             return -1
-        sent = 0
         try:
-            while sent < len(data):
-                window = self._h2.local_flow_control_window(stream.id)
-                if window <= 0:
-                    break
-                n = min(window, self._h2.max_outbound_frame_size, len(data) - sent)
-                self._h2.send_data(stream.id, data[sent : sent + n])
-                sent += n
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            sent = self._h2.send_data(stream.id, data, end=False)
+        except StreamClosed:
             return -1
-        self._flush_soon()
+        if sent:
+            self._flush_soon()
         return sent
 
     def _flush_soon(self) -> None:
@@ -620,37 +590,34 @@ class Http2Connection(asyncio.Protocol):
         return self._closing
 
     def end_stream(self, stream: _Stream) -> None:
-        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            self._h2.end_stream(stream.id)
-        self._flush()
+        self._h2.end_stream(stream.id)
+        self._flush_soon()
 
-    def reset(self, stream: _Stream, code: h2.errors.ErrorCodes) -> None:
-        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            self._h2.reset_stream(stream.id, code)
-        self._flush()
+    def reset(self, stream: _Stream, code: ErrorCode) -> None:
+        self._h2.reset_stream(stream.id, code)
+        self._flush_soon()
 
     def _flush(self) -> None:
         data = self._h2.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
             if self._transport.get_write_buffer_size() > _MAX_UNREAD_OUTPUT:
-                self._goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "client leaves its output unread")
+                self._goaway(ErrorCode.ENHANCE_YOUR_CALM, "client leaves its output unread")
 
     # -- closing -------------------------------------------------------------------------------
 
-    def _goaway(self, code: h2.errors.ErrorCodes, why: str) -> None:
+    def _goaway(self, code: ErrorCode, why: str) -> None:
         log.info("HTTP/2 connection closed (%s): %s", code.name, why)
-        with contextlib.suppress(h2.exceptions.ProtocolError):
-            self._h2.close_connection(error_code=code)
+        self._h2.goaway(code)
         data = self._h2.data_to_send()
         if self._transport is not None:
-            if data:
+            if data and not self._transport.is_closing():
                 self._transport.write(data)
             self._transport.close()
         self._close()
 
     def _close(self) -> None:
-        self._closing = True
+        self._closing = self._closed = True
         if self._transport is not None:
             self._transport.close()
         self._end_streams()
@@ -671,8 +638,7 @@ class Http2Connection(asyncio.Protocol):
         if self._transport is None or self._transport.is_closing():
             return
         self._closing = True
-        with contextlib.suppress(h2.exceptions.ProtocolError):
-            self._h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR, last_stream_id=self._h2.highest_inbound_stream_id)
+        self._h2.goaway(ErrorCode.NO_ERROR)
         self._flush()
         tasks = [s.task for s in self._streams.values() if s.task is not None]
         if tasks:
@@ -693,6 +659,7 @@ class Http2Front:
         self._max_concurrent_streams = max_concurrent_streams
         self._max_header_list_size = max_header_list_size
         self._write_timeout = write_timeout
+        self._encoder = AnswerEncoder()
         self.connections: set[Http2Connection] = set()
 
     def protocol(self) -> Http2Connection:
@@ -702,6 +669,7 @@ class Http2Front:
             max_header_list_size=self._max_header_list_size,
             write_timeout=self._write_timeout,
             on_close=self.connections.discard,
+            encoder=self._encoder,
         )
         self.connections.add(conn)
         return conn
