@@ -31,9 +31,21 @@ class _Body:
         return self._request.can_read_body
 
     async def read(self, limit: int) -> bytes:
+        # Until the end or past `limit`: aiohttp's read(n) gives what is buffered now, which for a
+        # body of more than a few TCP segments is only its beginning.
         if not self._request.can_read_body:
             return b""
-        return await self._request.content.read(limit + 1)
+        content = self._request.content
+        parts: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = await content.readany()
+            if not chunk:
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        return body[: limit + 1] if size > limit else body
 
     async def chunks(self) -> AsyncIterator[bytes]:
         async for chunk in self._request.content.iter_any():
