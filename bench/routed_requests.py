@@ -313,6 +313,8 @@ def main() -> None:
     ap.add_argument("--event-loop", default="", help="the proxy's serve --event-loop (default: the proxy's)")
     ap.add_argument("--workers", type=int, default=0, help="proxy worker processes, and peer processes (0: the proxy's default, one per CPU)")
     ap.add_argument("--pin", action="store_true", help="the proxy and the peers on CPU 1, everything else on CPU 0")
+    ap.add_argument("--no-caches", action="store_true",
+                    help="the proxy without watch caches (a diagnosis: what the caches' event work adds to each write)")
     args = ap.parse_args()
     args.ops = [o for o in args.ops.split(",") if o]
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
@@ -341,7 +343,8 @@ def main() -> None:
     peers: dict[str, Peer] = {}
     try:
         fed.start()
-        proxy = ProxyProcess(fed, fed.root / "proxy", workers=workers, event_loop=args.event_loop or None).start(timeout=180)
+        proxy = ProxyProcess(fed, fed.root / "proxy", workers=workers, event_loop=args.event_loop or None,
+                             caches=[] if args.no_caches else None).start(timeout=180)
         assert proxy.popen is not None
         for name in ("lean", "aiohttp"):
             if name in args.sides:

@@ -37,6 +37,9 @@ class Dispatch:
 
     def __init__(self, ctx: ProxyContext) -> None:
         self.ctx = ctx
+        # (group, resource) of every cache (fixed at start-up): most requests are of a resource no
+        # cache holds and skip the search at once
+        self._cached = frozenset((spec.group, spec.resource) for spec in ctx.cache_specs)
 
     async def __call__(self, ex: Exchange) -> None:
         try:
@@ -48,7 +51,8 @@ class Dispatch:
     async def _dispatch(self, ex: Exchange) -> None:
         route = ex.route
         assert route is not None
-        if ex.info.verb in _CACHE_VERBS and await self._from_cache(ex):
+        info = ex.info
+        if info.verb in _CACHE_VERBS and (info.api_group, info.resource) in self._cached and await self._from_cache(ex):
             return
         ex.route_kind = route.kind.value
         if route.kind is RouteKind.FORWARD and route.replicate_to:

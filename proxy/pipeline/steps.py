@@ -72,10 +72,12 @@ class Limits:
         if len(request.raw_path_qs) > limits.max_url_bytes:
             await ex.respond(answers.status_answer(414, "BadRequest", f"the request URL is longer than {limits.max_url_bytes} bytes"))
             return True
-        for key, value in request.headers.items():
-            if len(key) + len(value) > limits.max_header_bytes:
-                await ex.respond(answers.status_answer(431, "BadRequest", f"a request header is larger than {limits.max_header_bytes} bytes"))
-                return True
+        headers = request.headers
+        if headers and max(map(len, headers.keys())) + max(map(len, headers.values())) > limits.max_header_bytes:
+            for key, value in headers.items():  # the longest name and the longest value may be two headers
+                if len(key) + len(value) > limits.max_header_bytes:
+                    await ex.respond(answers.status_answer(431, "BadRequest", f"a request header is larger than {limits.max_header_bytes} bytes"))
+                    return True
         if request.content_length is not None and request.content_length > limits.max_body_bytes:
             await ex.respond(answers.request_too_large())
             return True
