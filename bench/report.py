@@ -443,6 +443,18 @@ def render_transport_cpu(doc: dict[str, Any], path: Path | None = None) -> str:
     return _heading(doc, path) + "\n" + _table(["transport", "CPU us per GET", "vs the floor", "GETs/s"], rows) + "\n"
 
 
+def render_where_cpu_goes(doc: dict[str, Any], path: Path | None = None) -> str:
+    sides = doc["sides"]
+    rows = [[r["part"], _f(r["proxy_us"], 1), _f(r["lean_us"], 1), f"{r['added_us']:+.1f}"] for r in doc["parts"]]
+    rows.append(["**CPU per request**", _f(sides["proxy"]["cpu_us_per_request"], 1), _f(sides["lean"]["cpu_us_per_request"], 1),
+                 f"{sides['proxy']['cpu_us_per_request'] - sides['lean']['cpu_us_per_request']:+.1f}"])
+    params = doc.get("params", {})
+    setup = (f"{params.get('op')} at concurrency 16 over {params.get('client_protocol')}; "
+             f"{_f(sides['proxy']['requests_per_second'], 0)} / {_f(sides['lean']['requests_per_second'], 0)} requests/s")
+    return (_heading(doc, path) + f"\n{setup}\n\n"
+            + _table(["part", "proxy us per request", "lean peer us per request", "added by the proxy"], rows) + "\n")
+
+
 def render_metrics_cost(doc: dict[str, Any], path: Path | None = None) -> str:
     rows = [[mode, _f(us, 2)] for mode, us in doc["us_per_request"].items()]
     return _heading(doc, path) + "\n" + _table(["recording one request's metrics", "CPU us per request"], rows) + "\n"
@@ -455,6 +467,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any], Path | None], str]] = {
     "routed_requests": render_routed_requests,
     "transport_cpu": render_transport_cpu,
     "metrics_cost": render_metrics_cost,
+    "where_cpu_goes": render_where_cpu_goes,
     "cache_memory": render_cache_memory,
     "union_watch": render_union_watch,
     "density": render_density,

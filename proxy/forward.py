@@ -16,7 +16,8 @@ precondition, 410 Expired for a list or watch, 400 BadRequest when it is no deci
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Callable
 
 from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
@@ -140,18 +141,25 @@ async def forward(ex: Exchange, ctx: ProxyContext) -> None:
         async with client.request(
             request.method, info.upstream_path, query=query_string, header_block=headers, identity=ex.identity, body=body, kind=kind
         ) as answer:
-            to_proxy = object_translator(ctx.rv.codec(route.rv_space), route.slot(partition)) if merged else None
-            await _pass_on(ex, ctx, answer, to_proxy)
+            await _pass_on(ex, ctx, answer, (ctx.rv.codec(route.rv_space), route.slot(partition)) if merged else None)
     except PartitionUnavailable as exc:
         if not ex.writer.started:
             await ex.respond(answers.partition_unavailable(exc))
 
 
-async def _pass_on(ex: Exchange, ctx: ProxyContext, answer: UpstreamResponse, to_proxy: translate.ToProxy | None) -> None:
+@functools.lru_cache(maxsize=256)  # (codec, slot, media type) in use: a handful per RV epoch
+def _answer_rewriter(codec: rvcodec.RVCodec, slot: int, content_type: str) -> Callable[[bytes], bytes] | None:
+    """The whole-answer translator of a partition's answers in one media type (made once, not
+    per answer)."""
+    return translate.answer_translator(content_type, object_translator(codec, slot))
+
+
+async def _pass_on(ex: Exchange, ctx: ProxyContext, answer: UpstreamResponse, merged: tuple[rvcodec.RVCodec, int] | None) -> None:
     """The partition's answer to the client: whole and rewritten (a merged resource's single
-    answer), or streamed chunk by chunk (translated event by event for a merged watch)."""
-    if not ex.long_running and to_proxy is not None:
-        rewrite = translate.answer_translator(answer.content_type, to_proxy)
+    answer: `merged` is its RV codec and the partition's slot), or streamed chunk by chunk
+    (translated event by event for a merged watch)."""
+    if not ex.long_running and merged is not None:
+        rewrite = _answer_rewriter(*merged, answer.content_type)
         if rewrite is not None:
             try:
                 raw = await answer.read()
@@ -163,7 +171,7 @@ async def _pass_on(ex: Exchange, ctx: ProxyContext, answer: UpstreamResponse, to
                 pass  # not an object kube-apiserver would send: passed on as it came
             headers = downstream_raw_headers(answer.raw_headers, keep_length=False)
             return await ex.respond(Answer(answer.status, raw, headers, content_type=None))
-    stream = translate.stream_translator(answer.content_type, to_proxy) if to_proxy is not None else None
+    stream = translate.stream_translator(answer.content_type, object_translator(*merged)) if merged is not None else None
     await ex.writer.start(answer.status, downstream_raw_headers(answer.raw_headers, keep_length=stream is None))
     with ctx.stream(answer.close):  # a shutdown ends the stream cleanly
         try:

@@ -9,6 +9,7 @@ histogram (labels verb, group, version, resource, subresource, scope, component)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from routing.requestinfo import RequestInfo
@@ -48,6 +49,11 @@ def scope(info: RequestInfo) -> str:
 def sli_labels(info: RequestInfo, *, method: str, content_type: str) -> SLILabels | None:
     """The SLI labels of a resource request, None for non-resource requests (discovery,
     /version), which kube-apiserver does not count in this histogram."""
+    return _sli_labels(info, method, content_type)
+
+
+@functools.lru_cache(maxsize=4096)  # one entry per RequestInfo in use, as routing.requestinfo keeps them
+def _sli_labels(info: RequestInfo, method: str, content_type: str) -> SLILabels | None:
     if not info.is_resource_request or info.malformed:
         return None
     where = scope(info)

@@ -129,13 +129,14 @@ class UpstreamResponse:
     the body, read whole (`read`) or as it arrives (`chunks`). Closed by the `request()` block
     that made it."""
 
-    __slots__ = ("partition", "status", "raw_headers", "_headers", "_exchange")
+    __slots__ = ("partition", "status", "raw_headers", "_headers", "_content_type", "_exchange")
 
     def __init__(self, partition: str, exchange: Exchange) -> None:
         self.partition = partition
         self.status = exchange.status
         self.raw_headers = exchange.raw_headers
         self._headers: CIMultiDictProxy[str] | None = None
+        self._content_type: str | None = None
         self._exchange = exchange
 
     @property
@@ -150,10 +151,13 @@ class UpstreamResponse:
 
     @property
     def content_type(self) -> str:
-        for name, value in self.raw_headers:
-            if len(name) == 12 and name.lower() == b"content-type":
-                return value.decode("latin-1")
-        return ""
+        if self._content_type is None:
+            self._content_type = ""
+            for name, value in self.raw_headers:
+                if len(name) == 12 and name.lower() == b"content-type":
+                    self._content_type = value.decode("latin-1")
+                    break
+        return self._content_type
 
     async def read(self) -> bytes:
         """The whole body. Raises StreamBroken."""

@@ -70,7 +70,9 @@ class Writer:
         return self.response is not None and self.response.prepared
 
     async def respond(self, answer: Answer) -> None:
-        headers = CIMultiDict(answer.headers) if answer.headers is not None else CIMultiDict()
+        # An answer's CIMultiDict is made for this answer alone (proxy.headers, proxy.answers):
+        # aiohttp takes it as the response's own instead of copying it once more.
+        headers = answer.headers if type(answer.headers) is CIMultiDict else CIMultiDict(answer.headers or ())
         if answer.content_type is not None and "Content-Type" not in headers:
             headers["Content-Type"] = answer.content_type
         self.response = web.Response(status=answer.status, body=answer.body, headers=headers)

@@ -69,7 +69,7 @@ class Limits:
 
     async def __call__(self, ex: Exchange) -> bool:
         limits, request = self.limits, ex.request
-        if len(request.raw_path_qs) > limits.max_url_bytes:
+        if len(request.raw_path) + len(request.query_string) + 1 > limits.max_url_bytes:
             await ex.respond(answers.status_answer(414, "BadRequest", f"the request URL is longer than {limits.max_url_bytes} bytes"))
             return True
         headers = request.headers
