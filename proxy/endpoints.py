@@ -1,12 +1,21 @@
 """The proxy's own endpoints, answered without authentication (health probes carry no
 credential): `/livez` and `/healthz` (the process serves), `/readyz` (the resourceVersion table
-is loaded and every watch cache has synced), `/metrics` (Prometheus text), `/debug/caches`,
+is loaded and every watch cache has synced), `/metrics` (Prometheus text, with the partitions'
+API Priority and Fairness samples: proxy.flowcontrol_metrics), `/debug/caches`,
 `/debug/resource-versions` and `/debug/partitions` (JSON for people). GET and HEAD only; any other method on these
 paths is an API request like any other (the partitions answer it).
+
+`/livez`, `/healthz` and `/readyz` with `?verbose` answer as one kube-apiserver does: every check
+the partitions run (each asked with the proxy's own credential, `[+]` when it passes on every
+partition that runs it: `routing.health`), then the proxy's own (`partition-proxy/...`), 500
+when any fails. Without `?verbose` they answer for this process alone, as probes need: a
+partition that is down must not restart or unready the replicas serving every other partition.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -14,19 +23,27 @@ from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy import metrics_workers
+from proxy.clients.errors import UpstreamError
+from proxy.clients.partition import PartitionClient
 from proxy.context import ProxyContext
+from proxy.flowcontrol_metrics import FlowcontrolMetrics
 from proxy.messages import Answer, Request
+from routing.health import Check, merge_checks, parse_checks, verbose_answer
 
 Endpoint = Callable[[Request], Awaitable[Answer]]
 _TEXT = "text/plain; charset=utf-8"
+# seconds a verbose health answer waits for each partition's: kube-apiserver answers its own at
+# once; one that has not answered in 5 s is reported as a failed check of its own.
+_PARTITION_HEALTH_TIMEOUT = 5.0
 
 
 class Endpoints:
     def __init__(self, ctx: ProxyContext) -> None:
         self.ctx = ctx
+        self.flowcontrol = FlowcontrolMetrics()
         self._by_path: dict[str, Endpoint] = {
-            "/livez": self.livez,
-            "/healthz": self.livez,
+            "/livez": functools.partial(self.livez, endpoint="livez"),
+            "/healthz": functools.partial(self.livez, endpoint="healthz"),
             "/readyz": self.readyz,
             "/metrics": self.metrics,
             "/debug/caches": self.debug_caches,
@@ -40,7 +57,9 @@ class Endpoints:
             return None
         return self._by_path.get(raw_path)
 
-    async def livez(self, request: Request) -> Answer:
+    async def livez(self, request: Request, *, endpoint: str) -> Answer:
+        if "verbose" in request.query:
+            return await self._verbose(endpoint, [Check("partition-proxy/ping", True)])
         return Answer(200, b"ok", content_type=_TEXT)
 
     async def readyz(self, request: Request) -> Answer:
@@ -51,23 +70,47 @@ class Endpoints:
         breaker state is listed for people."""
         ctx = self.ctx
         table = ctx.rv.ready.is_set()
-        lines = [f"[{'+' if table else '-'}]resource-version-table {'ok' if table else 'not loaded'}"]
-        lines += [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.caches]
+        breakers = []
         for name, client in ctx.clients.items():
             health = client.health
             detail = {"marked down": ", requests get 503", "recovering": ", the next request is its trial"}.get(health, "")
-            lines.append(f"   partition {name}: {health}{detail}")
+            breakers.append(f"partition {name}: {health}{detail}")
+        if "verbose" in request.query:
+            own = [Check("partition-proxy/resource-version-table", table)]
+            own += [Check(f"partition-proxy/watch-cache/{c.spec.name}", c.is_synced) for c in ctx.caches]
+            return await self._verbose("readyz", own, breakers)
+        lines = [f"[{'+' if table else '-'}]resource-version-table {'ok' if table else 'not loaded'}"]
+        lines += [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.caches]
+        lines += (f"   {line}" for line in breakers)
         ready = table and ctx.caches_synced
         lines.append("readyz check passed" if ready else "readyz check failed")
         return Answer(200 if ready else 500, ("\n".join(lines) + "\n").encode(), content_type=_TEXT)
 
+    async def _verbose(self, endpoint: str, own: list[Check], notes: list[str] | None = None) -> Answer:
+        """Every partition's checks of `endpoint`, merged, then the proxy's own (module docstring),
+        then `notes` for people."""
+        async def checks_of(name: str, client: PartitionClient) -> tuple[str, list[Check] | None]:
+            try:
+                async with asyncio.timeout(_PARTITION_HEALTH_TIMEOUT):
+                    async with client.request("GET", f"/{endpoint}", query="verbose") as answer:
+                        text = (await answer.read()).decode(errors="replace")
+            except (UpstreamError, TimeoutError):
+                return name, None
+            return name, parse_checks(text) or None
+
+        answers = dict(await asyncio.gather(*(checks_of(name, client) for name, client in tuple(self.ctx.clients.items()))))
+        status, body = verbose_answer(endpoint, merge_checks(answers) + own, notes or ())
+        return Answer(status, body.encode(), content_type=_TEXT)
+
     async def metrics(self, request: Request) -> Answer:
-        """This process's metrics, or every worker's (proxy.metrics_workers)."""
+        """This process's metrics, or every worker's (proxy.metrics_workers), then the
+        partitions' API Priority and Fairness samples (proxy.flowcontrol_metrics)."""
         metrics, caches = self.ctx.metrics, self.ctx.all_caches()
         if metrics.workers_dir is not None:
             text = await metrics_workers.exposition(metrics, caches, metrics.workers_dir)
         else:
             text = metrics.exposition(caches)
+        text += await self.flowcontrol.text(self.ctx.clients)
         return Answer(200, text, CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
 
     async def debug_caches(self, request: Request) -> Answer:

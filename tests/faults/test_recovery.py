@@ -54,6 +54,20 @@ async def _served_again_within(kube: Kube, namespace: str, deadline: float) -> f
         await asyncio.sleep(0.1)
 
 
+async def test_a_partition_down_fails_verbose_health_with_a_check_of_its_own_and_leaves_the_probes_alone(kube: Kube) -> None:
+    kube.fed.stop_apiserver("tp2")
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(kube.proxy.server + "/livez?verbose", ssl=kube.client_ssl()) as r:
+                code, body = r.status, await r.text()
+        assert code == 500 and "[-]partition/tp2 failed: reason withheld" in body and body.endswith("livez check failed\n"), body
+        assert "[+]etcd ok" in body  # the other partitions' checks still pass
+        assert (await _request(kube, "GET", "/livez"))[0] == 200  # a probe: the process serves
+        assert "partition tp2: " in await _readyz(kube)
+    finally:
+        kube.fed.start_apiserver("tp2")
+
+
 async def test_a_union_watch_as_the_half_open_trial_does_not_cut_the_partition_off(kube: Kube, unique: str) -> None:
     namespace = f"zulu-{unique}"  # a tp2 tenant
     kube.kubectl("create", "namespace", namespace)

@@ -166,6 +166,27 @@ async def test_health_and_metrics(kube: Kube) -> None:
     assert "partition_proxy_request_duration_seconds_bucket" in text
 
 
+# What the conformance spec `health handlers should contain necessary checks` requires of one
+# kube-apiserver (test/e2e/apimachinery/health_handlers.go, v1.36), a sample of it.
+KUBE_APISERVER_CHECKS = ["[+]ping ok", "[+]log ok", "[+]etcd ok", "[+]poststarthook/start-apiserver-admission-initializer ok",
+                         "[+]poststarthook/crd-informer-synced ok", "[+]poststarthook/bootstrap-controller ok",
+                         "[+]poststarthook/apiservice-openapi-controller ok"]
+
+
+@pytest.mark.parametrize("endpoint", ["healthz", "livez", "readyz"])
+async def test_verbose_health_lists_the_partitions_checks_as_one_kube_apiserver_and_the_proxys_own(kube: Kube, endpoint: str) -> None:
+    code, _, body = await _get(f"{kube.proxy.server}/{endpoint}?verbose", kube.client_ssl())
+    lines = body.decode().splitlines()
+    assert code == 200 and lines[-1] == f"{endpoint} check passed", body[-500:]
+    assert set(KUBE_APISERVER_CHECKS) <= set(lines), lines
+    assert ("[+]informer-sync ok" in lines) == (endpoint == "readyz")  # kube-apiserver's readyz check only
+    own = [line for line in lines if line.startswith("[+]partition-proxy/")]
+    assert own and (endpoint != "readyz" or "[+]partition-proxy/resource-version-table ok" in own), lines
+    assert len(lines) == len(set(lines))  # each check once, whatever the number of partitions
+    code, _, body = await _get(f"{kube.proxy.server}/{endpoint}", kube.client_ssl())
+    assert code == 200 and b"kube-apiserver" not in body and b"[+]etcd ok" not in body  # probes: the proxy's own answer
+
+
 async def test_request_sli_histogram_is_kube_apiservers_and_abandoned_watches_keep_their_route(kube: Kube, unique: str) -> None:
     """clusterloader2's API responsiveness reads apiserver_request_sli_duration_seconds by
     verb, resource, subresource and scope; a watch its client closes is a 499 of its route."""
