@@ -82,6 +82,9 @@ rules:
   resources: [validatingadmissionpolicies, validatingadmissionpolicybindings, mutatingadmissionpolicies,
               mutatingadmissionpolicybindings, validatingwebhookconfigurations, mutatingwebhookconfigurations]
   verbs: [get, list, create]
+- apiGroups: ["flowcontrol.apiserver.k8s.io"]
+  resources: [flowschemas, prioritylevelconfigurations]
+  verbs: [get, list, create]
 # Cached reads are authorized with SubjectAccessReviews to the owning partitions; bearer
 # tokens are checked with TokenReviews.
 - apiGroups: ["authorization.k8s.io"]
@@ -91,7 +94,7 @@ rules:
   resources: [tokenreviews]
   verbs: [create]
 - nonResourceURLs: ["/readyz", "/livez", "/healthz", "/version", "/api", "/api/*", "/apis",
-                    "/apis/*", "/openapi", "/openapi/*"]
+                    "/apis/*", "/openapi", "/openapi/*", "/metrics"]
   verbs: [get]
 ---
 apiVersion: rbac.authorization.k8s.io/v1

@@ -1,4 +1,5 @@
-"""Replicated definitions (routing.decide.REPLICATED) kept present in every tenant partition.
+"""Replicated definitions (routing.decide.REPLICATED) kept present in every tenant partition
+(every partition for REPLICATED_EVERYWHERE: FlowSchemas and PriorityLevelConfigurations).
 
 Writes through the proxy reach every live TP at once (proxy.replicate). What that misses: a TP
 that joins the partition set later, and a TP that did not answer when the write was made. This
@@ -22,7 +23,7 @@ from typing import Any
 
 from proxy.clients.errors import APIConflict, APINotFound, UpstreamError
 from proxy.context import ProxyContext
-from routing.decide import REPLICATED_VERSIONS
+from routing.decide import REPLICATED_VERSIONS, replica_partitions
 from routing.replicas import copy_differences
 
 log = logging.getLogger("partition_proxy.definitions_sync")
@@ -31,7 +32,8 @@ log = logging.getLogger("partition_proxy.definitions_sync")
 # a list per kind per TP (a few requests), so 5 minutes costs nothing and bounds the gap.
 DEFINITIONS_SYNC_SECONDS = 300.0
 # The path of each replicated kind's collection, in REPLICATED_VERSIONS' order.
-KIND_PATHS = tuple((resource, f"/apis/{group}/{version}/{resource}") for (group, resource), version in REPLICATED_VERSIONS.items())
+KIND_PATHS = tuple(((group, resource), resource, f"/apis/{group}/{version}/{resource}")
+                   for (group, resource), version in REPLICATED_VERSIONS.items())
 # copies named per kind and partition in one pass's log (the gauge counts them all)
 _LOGGED_DIFFERENCES = 5
 _SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink", "deletionTimestamp")
@@ -49,11 +51,13 @@ async def sync_definitions(ctx: ProxyContext) -> int:
     """One pass (module docstring): the definitions created."""
     placement = ctx.routing.placement
     system = ctx.clients.get(placement.system_partition)
-    targets = [p for p in placement.tenant_partitions if p != placement.system_partition and p in ctx.clients]
-    if system is None or not targets:
+    if system is None or not placement.all_partitions:
         return 0
     created = 0
-    for resource, path in KIND_PATHS:
+    for key, resource, path in KIND_PATHS:
+        targets = [p for p in replica_partitions(placement, key) if p in ctx.clients]
+        if not targets:
+            continue
         try:
             source = await system.get_json(path)
         except (APINotFound, UpstreamError, ValueError):
@@ -83,7 +87,7 @@ async def sync_definitions(ctx: ProxyContext) -> int:
                     ctx.metrics.replication_failures.labels(partition, resource).inc()
                     log.warning("definitions: %s %s not created in %s: %s", resource, name, partition, exc)
     if created:
-        log.info("definitions: created %d missing in %s", created, ", ".join(targets))
+        log.info("definitions: created %d missing", created)
     return created
 
 

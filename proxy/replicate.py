@@ -34,6 +34,7 @@ from proxy.clients.partition import Whole
 from proxy.context import ProxyContext
 from proxy.headers import downstream_response_headers, upstream_request_headers
 from proxy.messages import Answer, Exchange
+from routing import protobuf as pb
 from routing import translate
 from routing.replicas import copy_differences
 
@@ -77,9 +78,16 @@ async def replicate(ex: Exchange, ctx: ProxyContext) -> None:
 
 
 def _for_other_partitions(body: bytes | None, content_type: str) -> bytes | None:
-    """The body to send the other TPs: a JSON object without the system partition's
-    resourceVersion and uid; anything else as it is."""
-    if not body or translate.encoding_of(content_type or "application/json") is not translate.Encoding.JSON:
+    """The body to send the other partitions: an object (JSON or protobuf: client-go's
+    clientsets write protobuf) without the system partition's resourceVersion and uid, which
+    would fail the write there as a Conflict; anything else as it is."""
+    encoding = translate.encoding_of(content_type or "application/json")
+    if body and encoding is translate.Encoding.PROTOBUF and body.startswith(pb.MAGIC):
+        try:
+            return pb.without_identity(body)
+        except pb.ProtobufError:
+            return body  # not an object: the partitions judge it as it is
+    if not body or encoding is not translate.Encoding.JSON:
         return body
     try:
         doc = orjson.loads(body)

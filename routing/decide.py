@@ -13,7 +13,8 @@ Precedence, first match wins:
    webhook configurations, PriorityClasses, RuntimeClasses) goes to the system partition and is
    then replicated to every other live TP (`Route.replicate_to`): without it a CRD made through
    the proxy would serve custom resources in the system partition's namespaces only, and an
-   admission policy would never apply to the other TPs' namespaces. Their reads (and their
+   admission policy would never apply to the other TPs' namespaces (FlowSchemas and
+   PriorityLevelConfigurations go to every live partition, RPs too). Their reads (and their
    status subresource, which each kube-apiserver writes itself) are the system partition's; a
    GET of one also reads the other TPs' copies, to report those that differ (routing.replicas).
 Cluster-wide LIST/WATCH (and deletecollection) of a namespaced resource is a union over all TPs;
@@ -64,8 +65,16 @@ REPLICATED_VERSIONS: Mapping[tuple[str, str], str] = {  # (group, resource) -> t
     ("admissionregistration.k8s.io", "mutatingadmissionpolicybindings"): "v1",
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): "v1",
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): "v1",
+    # API Priority and Fairness: every kube-apiserver classifies the requests it serves by its
+    # own FlowSchemas, so a FlowSchema made through the proxy must be in every partition a
+    # request of the user it names may land in, resource partitions included
+    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): "v1",
+    ("flowcontrol.apiserver.k8s.io", "flowschemas"): "v1",
 }
 REPLICATED = frozenset(REPLICATED_VERSIONS)
+# Replicated to every live partition, not only the tenant partitions.
+REPLICATED_EVERYWHERE = frozenset({("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"),
+                                   ("flowcontrol.apiserver.k8s.io", "flowschemas")})
 _WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 _VIA_KUBELET = frozenset({"log", "exec", "attach", "portforward"})  # pod subresources the proxy takes to the kubelet
 # seconds; what a write to a fenced tenant is told to wait before retrying: a tenant move's
@@ -119,6 +128,14 @@ class Route:
     def slot(self, partition: str) -> int:
         """The slot of `partition` in this route's RV space. Raises ValueError if absent."""
         return self.rv_space.index(partition)
+
+
+def replica_partitions(p: Placement, key: tuple[str, str]) -> tuple[str, ...]:
+    """The live partitions that get copies of a replicated definition (group, resource), the
+    system partition's own excepted: every other TP, or every other partition for
+    REPLICATED_EVERYWHERE."""
+    names = p.all_partitions if key in REPLICATED_EVERYWHERE else p.tenant_partitions
+    return tuple(name for name in names if name != p.system_partition)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -335,6 +352,5 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
     if key in REPLICATED and not info.namespace and (
         (info.verb in _WRITE_VERBS and not info.subresource) or (info.verb == "get" and info.subresource in ("", "status"))
     ):
-        others = tuple(t for t in p.tenant_partitions if t != p.system_partition)
-        return Route(RouteKind.FORWARD, (p.system_partition,), space, replicate_to=others)
+        return Route(RouteKind.FORWARD, (p.system_partition,), space, replicate_to=replica_partitions(p, key))
     return _forward(p.system_partition, space)

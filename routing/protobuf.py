@@ -521,6 +521,12 @@ def rewrite_rvs(
                          _last_string(data, type_meta, 2) or default_kind)
     if layout is None:
         return body
+    return _rewrite_raws(body, data, raws, layout, fn, ordered)
+
+
+def _rewrite_raws(body: bytes, data: bytes, raws: list[tuple[int, int, int]], layout: _Layout, fn: RVFn, ordered: bool) -> bytes:
+    """`body` with each raw (field start, value start, value end) rewritten by `_rewrite`;
+    `body` itself when nothing changes."""
     view = memoryview(data)
     pieces: _Pieces = [MAGIC]
     copied = len(MAGIC)
@@ -638,6 +644,26 @@ def _only(data: bytes, start: int, end: int, key: int, ordered: bool) -> tuple[i
             except ProtobufError:
                 return None
     return None if pos > end else found
+
+
+_IDENTITY = {1: {5: RVField.OWN, 6: RVField.OWN}}  # ObjectMeta's uid (5) and resourceVersion (6)
+
+
+def without_identity(body: bytes) -> bytes:
+    """`body` (`k8s\\0` + Unknown of one object) with its metadata.uid and resourceVersion set to
+    "" (Go reads an empty string as unset): the object as another partition may take it, where
+    the uid and resourceVersion of the partition it was read from mean nothing (a replicated
+    write, proxy/replicate.py). Returns `body` itself when neither is set. Raises ProtobufError
+    for a body that is not an enveloped object."""
+    data = _bytes_of(body)
+    if not data.startswith(MAGIC):
+        raise ProtobufError("not a Kubernetes protobuf body: no k8s\\0 magic")
+    raws = []
+    for field_start, number, wire, vs, ve in _fields(data, len(MAGIC), len(data)):
+        if number == 2:
+            _expect_ld(number, wire)
+            raws.append((field_start, vs, ve))
+    return _rewrite_raws(body, data, raws, _IDENTITY, lambda where, value: "", False)
 
 
 @functools.lru_cache(maxsize=512)

@@ -5,8 +5,14 @@ there, and deleting them through the proxy deletes every copy. Real kubectl, rea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
 
 from tests.federation import Kube, KubectlError, eventually
 
@@ -187,3 +193,71 @@ def test_reading_a_definition_reports_the_tenant_partitions_whose_copy_differs(k
     assert get("-o", "name").returncode == 0
     kube.kubectl("delete", "crd", name)
     kube.kubectl("delete", "crd", f"gizmos.{group}", kubeconfig=kube.direct("tp2"))
+
+
+async def test_a_flowschema_made_through_the_proxy_classifies_its_users_requests_in_every_partition(kube: Kube, unique: str) -> None:
+    """API Priority and Fairness runs in every kube-apiserver: a FlowSchema (and its priority
+    level) made through the proxy is in every partition, TPs and RPs, so the user it names is
+    classified by it wherever a request lands; the X-Kubernetes-PF-* answer headers reach the
+    client, and /metrics carries each partition's APF samples (the conformance spec reads the
+    priority level's nominal seats there)."""
+    level, schema, user = f"e2e-pl-{unique}", f"e2e-fs-{unique}", f"e2e-user-{unique}"
+    kube.create({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration", "metadata": {"name": level},
+                 "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 10, "limitResponse": {"type": "Reject"}}}})
+    kube.create({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": schema},
+                 "spec": {"matchingPrecedence": 1000, "priorityLevelConfiguration": {"name": level},
+                          "distinguisherMethod": {"type": "ByUser"},
+                          "rules": [{"subjects": [{"kind": "User", "user": {"name": user}}],
+                                     "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}})
+    uids = {}
+    for partition in ("tp1", "tp2", "rp1", "rp2"):
+        got = json.loads(kube.kubectl("get", "flowschema", schema, "-o", "json", kubeconfig=kube.direct(partition)))
+        uids[partition] = got["metadata"]["uid"]
+    ctx = kube.client_ssl()
+    for partition in ("tp1", "rp1"):  # the system partition answers /version; a path prefix pins rp1
+        path = "/version" if partition == "tp1" else "/partitions/rp1/version"
+        async def classified() -> bool:
+            async with aiohttp.ClientSession() as s:
+                async with s.get(kube.proxy.server + path, ssl=ctx, headers={"Impersonate-User": user}) as r:
+                    return r.status == 200 and r.headers.get("X-Kubernetes-PF-FlowSchema-UID") == uids[partition]
+        await until_async(classified, 30, f"{user}'s requests classified by {schema} in {partition}")
+
+    async def seats() -> set[str]:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(kube.proxy.server + "/metrics", ssl=ctx) as r:
+                text = await r.text()
+        return {line.split('partition="', 1)[1].split('"', 1)[0] for line in text.splitlines()
+                if line.startswith("apiserver_flowcontrol_nominal_limit_seats{") and f'priority_level="{level}"' in line}
+    await until_async(lambda: seats(), 30, f"{level}'s nominal seats in /metrics", expect={"tp1", "tp2", "rp1", "rp2"})
+
+    kube.kubectl("delete", "flowschema", schema)
+    kube.kubectl("delete", "prioritylevelconfiguration", level)
+    for partition in ("tp2", "rp2"):
+        eventually(lambda: not succeeds_direct(kube, partition, "get", "flowschema", schema), 60, f"the FlowSchema gone from {partition}")
+
+
+async def until_async(check: Callable[[], Awaitable[Any]], timeout: float, what: str, *, expect: Any = True) -> None:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last == expect:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout:g} s (last: {last!r})")
+
+
+async def test_a_protobuf_update_of_a_definition_reaches_every_tenant_partition(kube: Kube, unique: str) -> None:
+    # client-go's clientsets write protobuf: the copy sent to the other partitions goes without the
+    # system partition's uid and resourceVersion, which they would refuse as a Conflict
+    name = f"e2e-pc-{unique}"
+    kube.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": 1000})
+    url = f"{kube.proxy.server}/apis/scheduling.k8s.io/v1/priorityclasses/{name}"
+    protobuf = "application/vnd.kubernetes.protobuf"
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url, ssl=kube.client_ssl(), headers={"Accept": protobuf}) as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith(protobuf)
+            body = await r.read()
+        async with s.put(url, data=body, ssl=kube.client_ssl(), headers={"Content-Type": protobuf, "Accept": protobuf}) as r:
+            assert r.status == 200, await r.text()
+            assert not [w for w in r.headers.getall("Warning", []) if "not replicated" in w], r.headers.getall("Warning", [])
