@@ -154,12 +154,28 @@ def _answer_rewriter(codec: rvcodec.RVCodec, slot: int, content_type: str) -> Ca
     return translate.answer_translator(content_type, object_translator(codec, slot))
 
 
+@functools.lru_cache(maxsize=256)
+def _list_rewriter(rv: ResourceVersions, codec: rvcodec.RVCodec, slot: int, content_type: str) -> Callable[[bytes], bytes] | None:
+    """`_answer_rewriter` of a list answer: its own resourceVersion becomes a position of the
+    whole RV space, not of one partition (docs/resource-versions.md: "Answers of one
+    partition"), so a union list or watch can start from a namespaced list's RV."""
+
+    def list_rv(native: int) -> bytes | None:
+        try:
+            return codec.encode(rv.position_vector(codec, slot, native)).encode()
+        except rvcodec.RVUnencodable:
+            return None  # no epoch fits these positions yet: the object form, one partition's
+
+    return translate.answer_translator(content_type, object_translator(codec, slot), list_rv=list_rv)
+
+
 async def _pass_on(ex: Exchange, ctx: ProxyContext, answer: UpstreamResponse, merged: tuple[rvcodec.RVCodec, int] | None) -> None:
     """The partition's answer to the client: whole and rewritten (a merged resource's single
     answer: `merged` is its RV codec and the partition's slot), or streamed chunk by chunk
     (translated event by event for a merged watch)."""
     if not ex.long_running and merged is not None:
-        rewrite = _answer_rewriter(*merged, answer.content_type)
+        rewrite = (_answer_rewriter(*merged, answer.content_type) if ex.info.verb != "list"
+                   else _list_rewriter(ctx.rv, *merged, answer.content_type))
         if rewrite is not None:
             try:
                 raw = await answer.read()

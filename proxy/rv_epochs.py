@@ -120,13 +120,27 @@ class ResourceVersions:
         """The vector a client's RV names for a union list or watch: None for ""/"0"/non-numeric.
         A 0 field of a vector-form RV (a partition its epoch did not have yet, or one that joined
         while the client watched) reads "nothing seen": the union starts that partition from its
-        beginning. Raises RVError (also for an object-form RV: one object's, not a position)."""
+        beginning. An object-form RV (an object's, or an answer of one partition) names a
+        position in its own partition only: the others start from `position_vector`'s, as on
+        one kube-apiserver every resourceVersion is a position of the whole cluster. Raises
+        RVError."""
         if not client_rv.isdigit() or client_rv == "0":
             return None
         vector = await self.decode(codec, client_rv)
         if not codec.is_vector_form(client_rv) and not codec.is_complete(vector):
-            raise rvcodec.RVNotInSpace("resourceVersion does not name a position in every partition")
+            slot = next(i for i, native in enumerate(vector) if native)
+            vector = self.position_vector(codec, slot, vector[slot])
         return vector
+
+    def position_vector(self, codec: rvcodec.RVCodec, slot: int, native: int) -> tuple[int, ...]:
+        """The position of an answer partition `slot` gave at its native RV `native`, in every
+        partition of `codec`'s space: `native` in its own, and in each other the position this
+        replica last read of it (the table's refresh reads every partition's current RV: at most
+        `refresh_seconds` old, so a union started from it may also see the other partitions'
+        events of those seconds, never miss one); 0 ("nothing seen") for one not read yet."""
+        vector = [self._position(partition, self.table) for partition in codec.space]
+        vector[slot] = native
+        return tuple(vector)
 
     async def native_for(self, codec: rvcodec.RVCodec, rv: str, slot: int) -> str | None:
         """codec.native_for, with the same re-read as `decode`. Raises RVError."""

@@ -113,32 +113,59 @@ def translate_request_body(body: bytes, content_type: str, *, delete_options: bo
 ToProxy = Callable[[int], bytes | None]
 
 
-def protobuf_rv_fn(to_proxy: ToProxy) -> Callable[[pb.RVField, str], str | None]:
+def protobuf_rv_fn(to_proxy: ToProxy, *, list_rv: ToProxy | None = None) -> Callable[[pb.RVField, str], str | None]:
     """An RV function for `routing.protobuf` rewriting that turns every native RV into
-    `to_proxy(native)` (a proxy RV already there, or "0", is kept)."""
+    `to_proxy(native)`, a list's own into `list_rv(native)` when given (a proxy RV already
+    there, or "0", is kept)."""
 
-    def fn(_: pb.RVField, value: str) -> str | None:
+    def fn(where: pb.RVField, value: str) -> str | None:
         if not value.isdigit() or len(value) > 19:
             return None  # already a proxy RV (a reference a client wrote), or not an RV
         native = int(value)
-        new = to_proxy(native) if native else None
+        if not native:
+            return None
+        new = list_rv(native) if list_rv is not None and where is pb.RVField.LIST else None
+        if new is None:
+            new = to_proxy(native)
         return new.decode() if new is not None else None
 
     return fn
 
 
-def answer_translator(content_type: str, to_proxy: ToProxy) -> Callable[[bytes], bytes] | None:
+def answer_translator(content_type: str, to_proxy: ToProxy, *, list_rv: ToProxy | None = None) -> Callable[[bytes], bytes] | None:
     """A whole-body translator for an answer of this media type, None when the body carries no
-    RVs the proxy understands (text, discovery documents that are not objects...)."""
+    RVs the proxy understands (text, discovery documents that are not objects...). `list_rv`:
+    for a list (or Table) answer, what its own resourceVersion (ListMeta's) becomes instead of
+    `to_proxy`'s (a position, not an object's RV: docs/resource-versions.md); JSON and protobuf."""
     encoding = encoding_of(content_type)
     if encoding is Encoding.JSON:
+        if list_rv is not None:
+            return lambda body: _json_list_answer(body, to_proxy, list_rv)
         return lambda body: rvjson.translate_natives(body, to_proxy)
     if encoding is Encoding.YAML:
         return lambda body: rvjson.translate_yaml_natives(body, to_proxy)
     if encoding is Encoding.PROTOBUF:
-        fn = protobuf_rv_fn(to_proxy)
+        fn = protobuf_rv_fn(to_proxy, list_rv=list_rv)
         return lambda body: pb.rewrite_rvs(body, fn, ordered=True) if body.startswith(pb.MAGIC) else body
     return None
+
+
+_LIST_RV = ("metadata", "resourceVersion")
+
+
+def _json_list_answer(body: bytes, to_proxy: ToProxy, list_rv: ToProxy) -> bytes:
+    """A JSON list answer translated: every native RV by `to_proxy`, then its own (the list's)
+    by `list_rv`."""
+    span = rvjson.find_own_rv(body, _LIST_RV, None)
+    native = body[span[0] : span[1]] if span is not None else b""
+    out = rvjson.translate_natives(body, to_proxy)
+    if not native.isdigit() or native == b"0":
+        return out
+    new = list_rv(int(native))
+    span = rvjson.find_own_rv(out, _LIST_RV, None)
+    if new is None or span is None:
+        return out  # the object form to_proxy gave it
+    return out[: span[0]] + new + out[span[1] :]
 
 
 class StreamTranslator:

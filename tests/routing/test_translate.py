@@ -108,3 +108,34 @@ def test_protobuf_watch_stream_is_translated_frame_by_frame() -> None:
     events = [pb.decode_watch_event(f) for f in pb.FrameReader().feed(out)]
     assert [codec.decode(pb.object_rv(e.object))[1] for e in events[:3]] == [205, 206, 207]
     assert len(events) == len(pb.FrameReader().feed(raw))
+
+
+def test_a_list_answers_own_rv_becomes_the_position_list_rv_gives_and_its_items_keep_the_object_form() -> None:
+    # A list of one partition (a namespaced list) names a position of every partition of its
+    # space: its own RV by `list_rv`, every item's by `to_proxy` (docs/resource-versions.md).
+    codec = rvcodec.RVCodec(SPACE)
+    to_proxy = lambda n: codec.object_rv(1, n).encode()  # noqa: E731
+    list_rv = lambda n: str(2**110 + n).encode()  # noqa: E731
+    body = orjson.dumps({"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "42"},
+                         "items": [{"metadata": {"name": "a", "resourceVersion": "40"}}]})
+    rewrite = translate.answer_translator("application/json", to_proxy, list_rv=list_rv)
+    assert rewrite is not None
+    doc = orjson.loads(rewrite(body))
+    assert doc["metadata"]["resourceVersion"] == str(2**110 + 42)
+    assert doc["items"][0]["metadata"]["resourceVersion"] == codec.object_rv(1, 40)
+
+    protobuf_list = _set_native((PB / "podlist.pb").read_bytes(), 42)
+    rewrite = translate.answer_translator(translate.PROTOBUF, to_proxy, list_rv=list_rv)
+    assert rewrite is not None
+    out = rewrite(protobuf_list)
+    _, list_meta, items = pb.list_items(out)
+    assert pb.list_meta_rv(list_meta) == str(2**110 + 42)
+    assert items and all(pb.item_meta(item).resource_version == codec.object_rv(1, 42) for item in items)
+
+
+def test_a_list_rv_that_cannot_be_a_position_keeps_the_object_form() -> None:
+    codec = rvcodec.RVCodec(SPACE)
+    body = orjson.dumps({"kind": "ConfigMapList", "metadata": {"resourceVersion": "42"}, "items": []})
+    rewrite = translate.answer_translator("application/json", lambda n: codec.object_rv(0, n).encode(), list_rv=lambda n: None)
+    assert rewrite is not None
+    assert orjson.loads(rewrite(body))["metadata"]["resourceVersion"] == codec.object_rv(0, 42)
