@@ -14,7 +14,9 @@ task started in one place and given an owner, the listener, and a graceful stop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import time
 import contextlib
 import dataclasses
 import logging
@@ -189,6 +191,7 @@ class ProxyApp:
         app._spawn("definitions-sync", follow_definitions(ctx, app.definitions_wake))
         app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag, on_tick=app.gc_pauses.drain))
         app._spawn("gc-sweep-frozen", sweep_frozen())
+        ctx.metrics.read_at_scrape(functools.partial(_read_health, ctx))
         if ctx.metrics.workers_dir is not None:  # one of several workers: the others ask it at scrape time
             app._servers.append(await metrics_workers.serve(ctx.metrics, ctx.all_caches, ctx.metrics.workers_dir))
         ctx.fill_protobuf_cache = app._fill_protobuf_cache
@@ -354,6 +357,14 @@ class ProxyApp:
         if self.ctx.kubelet is not None:
             await self.ctx.kubelet.close()
         self.gc_pauses.close()
+
+
+def _read_health(ctx: ProxyContext, metrics: Metrics) -> None:
+    """The partitions' availability and the resourceVersion table's age, at scrape time."""
+    for name, client in ctx.clients.items():
+        metrics.partition_available.labels(name).set(0 if client.is_marked_down else 1)
+    read_at = ctx.rv.read_at
+    metrics.table_age.set(time.monotonic() - read_at if read_at else float("inf"))
 
 
 async def _after(ready: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:

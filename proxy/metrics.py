@@ -28,6 +28,15 @@ partition_proxy_definitions_differing{partition, resource}: copies of those defi
   that differ from the system partition's (routing.replicas), as of the last definitions sync.
 partition_proxy_watch_cache_{objects,bytes,watchers}{cache} and
 partition_proxy_watch_cache_{relists,resource_version}{cache, partition}: per watch cache.
+partition_proxy_watchers_behind_total{cache}: cache watchers closed (410 Expired) because their
+  client did not read its events as fast as they came (the watcher's bounded queue filled).
+partition_proxy_partition_available{partition}: 1 while the proxy sends the partition requests,
+  0 while its circuit breaker holds it marked down (requests it owns get 503 at once).
+partition_proxy_resource_version_table_age_seconds: seconds since the resourceVersion table was
+  last read from the system partition (it is read every `refresh_seconds`; RVs of merged
+  resources need it).
+process_*: prometheus-client's process figures (resident memory, CPU seconds, open files), per
+  process; with workers, summed over them (the start time: the earliest).
 
 The per-request figures (requests, duration, the SLI histogram, requests in flight) are kept by
 `RequestMetrics`: plain dict and list arithmetic per request (no lock, no label lookup, no
@@ -54,7 +63,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -69,7 +78,12 @@ GAUGE_MAX = frozenset({
     "partition_proxy_watch_cache_objects",
     "partition_proxy_watch_cache_resource_version",
     "partition_proxy_definitions_differing",
+    "partition_proxy_resource_version_table_age_seconds",  # the oldest worker's table
+    "process_max_fds",
 })
+# ... and the smallest, for those where one worker's 0 must show (a partition marked down), and
+# the process start time (the replica's oldest worker).
+GAUGE_MIN = frozenset({"partition_proxy_partition_available", "process_start_time_seconds"})
 
 # seconds; loop lag and GC pauses, from 1 ms (noise) to 5 s (a stall that breaks watches).
 _PAUSE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -169,16 +183,26 @@ class Metrics:
     reloads: Counter
     replication_failures: Counter
     definitions_differing: Gauge
+    watchers_behind: Counter
+    partition_available: Gauge
+    table_age: Gauge
     # with `serve --workers N`: the directory of every worker's metrics socket
     workers_dir: str | None = None
     _connection_counts: list[tuple[Callable[[], Mapping[str, int]], Mapping[str, int]]] = field(default_factory=list)
+    _readers: list[Callable[[Metrics], None]] = field(default_factory=list)
+
+    def read_at_scrape(self, reader: Callable[[Metrics], None]) -> None:
+        """Call `reader(metrics)` at each `refresh`: it sets gauges from the process's state."""
+        self._readers.append(reader)
 
     def count_connections(self, open_now: Callable[[], Mapping[str, int]], accepted: Mapping[str, int]) -> None:
         """Read the listener's connection counts per protocol at each `refresh`."""
         self._connection_counts.append((open_now, accepted))
 
     def refresh(self, caches: Sequence[Any]) -> None:
-        """Copy the figures read from the process (connections, caches) into the gauges."""
+        """Copy the figures read from the process (connections, caches, readers) into the gauges."""
+        for reader in self._readers:
+            reader(self)
         for open_now, accepted in self._connection_counts:
             counts = open_now()
             for protocol in ("h2", "http/1.1"):
@@ -211,6 +235,7 @@ class Metrics:
         registry = CollectorRegistry(auto_describe=True)
         requests = RequestMetrics()
         registry.register(requests)
+        ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
         return cls(
             workers_dir=workers_dir,
             registry=registry,
@@ -283,6 +308,23 @@ class Metrics:
                 "partition_proxy_definitions_differing",
                 "Copies of replicated definitions in a tenant partition that differ from the system partition's, at the last sync.",
                 ("partition", "resource"), registry=registry,
+            ),
+            watchers_behind=Counter(
+                "partition_proxy_watchers_behind",
+                "Cache watchers closed (410 Expired) because their client did not read its events as fast as they came.",
+                ("cache",),
+                registry=registry,
+            ),
+            partition_available=Gauge(
+                "partition_proxy_partition_available",
+                "1 while the proxy sends the partition requests, 0 while its circuit breaker holds it marked down.",
+                ("partition",),
+                registry=registry,
+            ),
+            table_age=Gauge(
+                "partition_proxy_resource_version_table_age_seconds",
+                "Seconds since the resourceVersion table was last read from the system partition.",
+                registry=registry,
             ),
             cache_resource_version=Gauge(
                 "partition_proxy_watch_cache_resource_version",

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from proxy.metrics import GAUGE_MAX, Metrics
+from proxy.metrics import GAUGE_MAX, GAUGE_MIN, Metrics
 
 log = logging.getLogger("partition_proxy.metrics")
 
@@ -91,7 +91,8 @@ async def exposition(metrics: Metrics, caches: Sequence[Any], directory: str) ->
 
 def merge(workers: Sequence[list[Family]]) -> list[Metric]:
     """One family per name, its samples combined over `workers`: summed, except the gauges of
-    GAUGE_MAX (the largest) and counters' `_created` samples (the earliest)."""
+    GAUGE_MAX (the largest) and GAUGE_MIN (the smallest) and counters' `_created` samples (the
+    earliest)."""
     out: dict[str, tuple[Metric, dict[tuple[str, tuple[tuple[str, str], ...]], float]]] = {}
     for worker in workers:
         for name, type_, documentation, samples in worker:
@@ -99,12 +100,15 @@ def merge(workers: Sequence[list[Family]]) -> list[Metric]:
                 out[name] = (Metric(name, documentation, type_), {})
             values = out[name][1]
             highest = type_ == "gauge" and name in GAUGE_MAX
+            lowest = type_ == "gauge" and name in GAUGE_MIN
             for sample_name, labels, value in samples:
                 key = (sample_name, tuple(sorted(labels.items())))
                 if key not in values:
                     values[key] = value
                 elif highest:
                     values[key] = max(values[key], value)
+                elif lowest:
+                    values[key] = min(values[key], value)
                 elif sample_name.endswith("_created"):
                     values[key] = min(values[key], value)
                 else:

@@ -54,6 +54,7 @@ class ResourceVersions:
         self._wake = asyncio.Event()
         self._last_sync = 0.0
         self._current: dict[str, int] = {}
+        self.read_at = 0.0  # time.monotonic() of the last successful read of the table (0: never)
         self.epochs_published = 0
         self.configure(config)
 
@@ -190,6 +191,7 @@ class ResourceVersions:
         await self._probe()
         for _ in range(_WRITE_ATTEMPTS):
             table, version = await self._read()
+            self.read_at = time.monotonic()
             updated = table
             for space in self.spaces:
                 current = [self._position(p, table) for p in space]

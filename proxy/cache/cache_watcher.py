@@ -30,7 +30,7 @@ DEFAULT_QUEUE_SIZE = 1000
 
 class CacheWatcher:
     __slots__ = ("label_selector", "field_selector", "name", "namespace", "slot", "bookmarks", "_lines", "_limit", "_waiter",
-                 "_sink", "last_stamp", "terminated", "_format")
+                 "_sink", "_on_behind", "last_stamp", "terminated", "_format")
 
     def __init__(
         self,
@@ -43,6 +43,7 @@ class CacheWatcher:
         bookmarks: bool = False,
         queue_size: int = DEFAULT_QUEUE_SIZE,
         format: ObjectFormat = JSON,
+        on_behind: Callable[[], None] | None = None,
     ) -> None:
         self.label_selector = label_selector
         self.field_selector = field_selector
@@ -54,6 +55,7 @@ class CacheWatcher:
         self._limit = queue_size
         self._waiter: asyncio.Future[None] | None = None
         self._sink: Callable[[bytes], None] | None = None
+        self._on_behind = on_behind  # told when the watcher is closed for falling behind (metrics)
         self.last_stamp = ""
         self.terminated = False
         self._format = format  # the cache's: events it writes itself (ADDED/DELETED, 410) match
@@ -97,6 +99,8 @@ class CacheWatcher:
 
     def _put(self, line: bytes, stamp: str) -> None:
         if len(self._lines) >= self._limit and self._sink is None:
+            if not self.terminated and self._on_behind is not None:
+                self._on_behind()
             self.terminate("the watcher fell behind: too old resource version")
             return
         self._push(line)

@@ -66,11 +66,13 @@ async def serve_watch(
     *,
     streams: set[Callable[[], None]],
     shutting_down: bool,
+    on_behind: Callable[[], None] | None = None,
 ) -> None:
     """Register a cache watcher and stream its lines. `streams` holds the closers a shutdown
     calls to end every open stream cleanly. A front end that can take the stream on without this
     task (`ResponseWriter.detach`: HTTP/2) gets it once the initial lines are written; the
-    exchange is then closed by that front end when the watch ends."""
+    exchange is then closed by that front end when the watch ends. `on_behind` is told when the
+    watcher is closed for falling behind."""
     writer = ex.writer
     watcher = CacheWatcher(
         label_selector=plan.label_selector,
@@ -80,6 +82,7 @@ async def serve_watch(
         slot=slot,
         bookmarks=plan.bookmarks,
         format=cache.format,
+        on_behind=on_behind,
     )
     # One atomic step: the snapshot (or replay) and the registration, so no event falls between.
     if plan.vector is None or plan.send_initial_events:

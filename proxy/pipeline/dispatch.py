@@ -91,7 +91,8 @@ class Dispatch:
             if found.mode is CacheMode.LIST:
                 await serve_list(ex.writer, cache, found, slot)
             elif found.mode is CacheMode.WATCH:
-                await serve_watch(ex, cache, found, slot, streams=ctx.streams, shutting_down=ctx.shutting_down)
+                behind = ctx.metrics.watchers_behind.labels(cache.spec.name)
+                await serve_watch(ex, cache, found, slot, streams=ctx.streams, shutting_down=ctx.shutting_down, on_behind=behind.inc)
             else:
                 answer = serve_get(cache, found, slot)
                 if answer is None:

@@ -54,6 +54,22 @@ async def _served_again_within(kube: Kube, namespace: str, deadline: float) -> f
         await asyncio.sleep(0.1)
 
 
+async def test_a_partition_marked_down_shows_in_the_metrics_until_it_is_served_again(kube: Kube, unique: str) -> None:
+    namespace = f"xray-{unique}"  # a tp2 tenant
+    kube.kubectl("create", "namespace", namespace)
+    assert kube.metric("partition_proxy_partition_available", partition="tp2") == 1
+    assert kube.metric("partition_proxy_resource_version_table_age_seconds") < 30  # read every refresh_seconds
+    await _cut_tp2_until_marked_down(kube, namespace)
+    try:
+        assert kube.metric("partition_proxy_partition_available", partition="tp2") == 0
+        assert kube.metric("partition_proxy_partition_available", partition="tp1") == 1
+    finally:
+        kube.fed.start_apiserver("tp2")
+    await asyncio.sleep(OPEN_SECONDS + 0.2)
+    await _served_again_within(kube, namespace, time.monotonic() + OPEN_SECONDS + 5)
+    assert kube.metric("partition_proxy_partition_available", partition="tp2") == 1
+
+
 async def test_a_partition_down_fails_verbose_health_with_a_check_of_its_own_and_leaves_the_probes_alone(kube: Kube) -> None:
     kube.fed.stop_apiserver("tp2")
     try:

@@ -69,6 +69,18 @@ def test_merging_workers_sums_counters_histograms_and_gauges_and_takes_the_highe
     assert values[("partition_proxy_watch_cache_watchers", (("cache", "nodes"),))] == 5
 
 
+def test_a_partition_marked_down_in_one_worker_shows_as_down_in_the_merge() -> None:
+    one, two = Metrics.create(), Metrics.create()
+    one.partition_available.labels("tp2").set(1)
+    two.partition_available.labels("tp2").set(0)
+    one.table_age.set(3)
+    two.table_age.set(40)
+    merged = metrics_workers.merge([metrics_workers.families(one, []), metrics_workers.families(two, [])])
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value for m in merged for s in m.samples}
+    assert values[("partition_proxy_partition_available", (("partition", "tp2"),))] == 0
+    assert values[("partition_proxy_resource_version_table_age_seconds", ())] == 40
+
+
 async def test_a_scrape_asks_the_other_workers_over_their_sockets_and_leaves_out_one_that_is_gone(tmp_path: Path) -> None:
     mine, other = Metrics.create(workers_dir=str(tmp_path)), Metrics.create(workers_dir=str(tmp_path))
     mine.reloads.labels("applied").inc()
