@@ -253,7 +253,7 @@ class UpstreamConfig(_Model):
 class KubeletConfig(_Model):
     """How the proxy reaches a node's kubelet for what kube-apiserver proxies there (a pod's
     log, exec, attach, port-forward): a tenant partition's kube-apiserver cannot, as the Node lives in a resource partition
-    (proxy/kubelet.py). `client_cert_file`/`client_key_file`: the
+    (proxy/handlers/kubelet.py). `client_cert_file`/`client_key_file`: the
     proxy's client certificate for kubelets (kube-apiserver's --kubelet-client-certificate);
     `ca_file`: the CA of kubelets' serving certificates, None to not verify them (kube-apiserver
     without --kubelet-certificate-authority); the first address of the node of a type in

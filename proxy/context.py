@@ -21,7 +21,7 @@ from proxy.rv_epochs import ResourceVersions
 from routing.cache_policy import CacheSpec
 from routing.decide import RoutingState
 
-if TYPE_CHECKING:  # proxy.kubelet needs this module
+if TYPE_CHECKING:  # proxy.handlers.kubelet needs this module
     from proxy.clients.kubelet import KubeletClient
 
 

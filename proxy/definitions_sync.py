@@ -1,7 +1,7 @@
 """Replicated definitions (routing.decide.REPLICATED) kept present in every tenant partition
 (every partition for REPLICATED_EVERYWHERE: FlowSchemas and PriorityLevelConfigurations).
 
-Writes through the proxy reach every live TP at once (proxy.replicate). What that misses: a TP
+Writes through the proxy reach every live TP at once (proxy.handlers.replicate). What that misses: a TP
 that joins the partition set later, and a TP that did not answer when the write was made. This
 loop creates, in every live TP other than the system partition, each replicated definition the
 system partition has and the TP lacks: at once when a TP joins (`wake`), and every

@@ -10,7 +10,7 @@ DISCOVERY_REFRESH_SECONDS, and at once after a CRD is written through the proxy
 Discovery documents themselves: `/api`, `/version` and the like are the system partition's
 (every partition runs the same kube-apiserver build); `/apis`, the OpenAPI v3 index and OpenAPI
 v2 are merged over the TPs, and per group-version documents come from a TP that serves them
-(proxy.discovery_merge), so a CRD made straight in one TP is discovered through the proxy too.
+(proxy.handlers.discovery_merge), so a CRD made straight in one TP is discovered through the proxy too.
 """
 
 from __future__ import annotations

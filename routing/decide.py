@@ -338,7 +338,7 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         owner = owner_of_namespaced(info.namespace, state, tenant=info.tenant)
         if key == ("", "pods") and info.subresource in _VIA_KUBELET and info.name and p.config.kubelet is not None:
             # kube-apiserver proxies a pod's log, exec and attach to the kubelet of the pod's
-            # Node, which lives in an RP, not in the pod's TP: the proxy does it (proxy/kubelet.py)
+            # Node, which lives in an RP, not in the pod's TP: the proxy does it (proxy/handlers/kubelet.py)
             return Route(RouteKind.FORWARD, (owner,), space, via_kubelet=True)
         return _forward(owner, space)
     if is_every_lease_list(info):

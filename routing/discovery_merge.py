@@ -1,5 +1,5 @@
 """Discovery and OpenAPI documents merged over the tenant partitions. Pure: no I/O
-(proxy/discovery_merge.py fetches and answers).
+(proxy/handlers/discovery_merge.py fetches and answers).
 
 Every partition runs the same kube-apiserver build, so their documents differ only by what was
 added to one of them: a CRD made straight in a TP, an aggregated API. A client of the proxy must

@@ -653,7 +653,7 @@ def without_identity(body: bytes) -> bytes:
     """`body` (`k8s\\0` + Unknown of one object) with its metadata.uid and resourceVersion set to
     "" (Go reads an empty string as unset): the object as another partition may take it, where
     the uid and resourceVersion of the partition it was read from mean nothing (a replicated
-    write, proxy/replicate.py). Returns `body` itself when neither is set. Raises ProtobufError
+    write, proxy/handlers/replicate.py). Returns `body` itself when neither is set. Raises ProtobufError
     for a body that is not an enveloped object."""
     data = _bytes_of(body)
     if not data.startswith(MAGIC):

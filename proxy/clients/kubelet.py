@@ -1,6 +1,6 @@
 """The proxy's HTTPS client for kubelets (config `kubelet`): what kube-apiserver's kubelet
 client is to it (--kubelet-client-certificate, --kubelet-certificate-authority). Used for a
-pod's log, exec, attach and port-forward (proxy/kubelet.py)."""
+pod's log, exec, attach and port-forward (proxy/handlers/kubelet.py)."""
 
 from __future__ import annotations
 

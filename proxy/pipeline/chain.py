@@ -4,7 +4,7 @@
 
 (`proxy.pipeline.steps`, `proxy.pipeline.dispatch`). Every front end (HTTP/1.1, HTTP/2) hands
 each request to `Pipeline.handle` with a writer of its own; the proxy's own endpoints
-(`proxy.endpoints`: health, metrics, debug) are answered before the chain, without
+(`proxy.handlers.endpoints`: health, metrics, debug) are answered before the chain, without
 authentication, as kube-apiserver answers /livez and /readyz.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from proxy.context import ProxyContext
-from proxy.endpoints import Endpoints
+from proxy.handlers.endpoints import Endpoints
 from proxy.pipeline import steps
 from proxy.pipeline.dispatch import Dispatch
 from proxy.messages import ClientGone, Exchange, Outcome, Request, ResponseWriter

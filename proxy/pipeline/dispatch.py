@@ -1,8 +1,8 @@
 """The last step of the pipeline: answer from a watch cache when one can, else forward to the one
 partition or fan out over several (union list, union watch); a write of a cluster-scoped
-definition every TP needs is replicated (`proxy.replicate`); discovery and OpenAPI documents
-are merged over the TPs (`proxy.discovery_merge`); a pod's log is asked of its node's kubelet
-(`proxy.kubelet`).
+definition every TP needs is replicated (`proxy.handlers.replicate`); discovery and OpenAPI documents
+are merged over the TPs (`proxy.handlers.discovery_merge`); a pod's log is asked of its node's kubelet
+(`proxy.handlers.kubelet`).
 
 A read answered from a cache never reaches a partition, so it is authorized here with
 SubjectAccessReviews to every partition the answer comes from (`proxy.authz`). A partition path
@@ -16,13 +16,13 @@ from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
 from proxy.cache.watch_cache import WatchCache
 from proxy.clients.partition import InvalidRequest
 from proxy.context import ProxyContext
-from proxy.discovery_merge import serve_discovery
-from proxy.forward import forward
-from proxy.kubelet import pod_log, pod_port_forward, pod_stream
+from proxy.handlers.discovery_merge import serve_discovery
+from proxy.handlers.forward import forward
+from proxy.handlers.kubelet import pod_log, pod_port_forward, pod_stream
 from proxy.messages import Exchange
-from proxy.replicate import replicate
-from proxy.union_list import union_list
-from proxy.union_watch import union_watch
+from proxy.handlers.replicate import replicate
+from proxy.handlers.union_list import union_list
+from proxy.handlers.union_watch import union_watch
 from routing.access import resource_attributes
 from routing.cache_policy import CacheMode, CachePlan, choose, prefers_protobuf
 from routing.decide import RouteKind
@@ -57,8 +57,8 @@ class Dispatch:
         ex.route_kind = route.kind.value
         if route.kind is RouteKind.FORWARD and route.replicate_to:
             await replicate(ex, self.ctx)
-        elif route.kind is RouteKind.FORWARD and route.discovery_from:
-            await serve_discovery(ex, self.ctx)
+        elif route.kind is RouteKind.FORWARD and route.discovery_from and await serve_discovery(ex, self.ctx):
+            pass
         elif route.kind is RouteKind.FORWARD and route.via_kubelet and self.ctx.kubelet is not None:
             handler = {"log": pod_log, "portforward": pod_port_forward}.get(ex.info.subresource, pod_stream)
             await handler(ex, self.ctx)

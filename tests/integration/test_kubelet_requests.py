@@ -1,6 +1,6 @@
 """A pod's log, exec and port-forward through the proxy (`kubectl logs`, `logs -f`, `exec`, `port-forward`): the
 pod lives in a tenant partition, its Node in a resource partition, so the TP's kube-apiserver
-cannot reach the kubelet; the proxy asks the node's kubelet itself (proxy/kubelet.py). The
+cannot reach the kubelet; the proxy asks the node's kubelet itself (proxy/handlers/kubelet.py). The
 kubelet is a small HTTPS server registered as the node's kubelet endpoint (127.0.0.1, its port
 in the Node's status), serving `/containerLogs` and `/exec` (WebSocket, v5.channel.k8s.io: the
 channel protocol of k8s.io/apimachinery/pkg/util/httpstream/wsstream) as a kubelet does."""

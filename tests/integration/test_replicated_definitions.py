@@ -1,5 +1,5 @@
 """Cluster-scoped definitions tenants' objects depend on, written through the proxy, apply in
-every tenant partition (routing.decide.REPLICATED, proxy.replicate): a CRD serves custom
+every tenant partition (routing.decide.REPLICATED, proxy.handlers.replicate): a CRD serves custom
 resources in a tp2 tenant's namespace, a ValidatingAdmissionPolicy and its binding are enforced
 there, and deleting them through the proxy deletes every copy. Real kubectl, real partitions."""
 

@@ -1,11 +1,11 @@
-"""The pure parts of a pod's log through the proxy (proxy.kubelet): which container, which
+"""The pure parts of a pod's log through the proxy (proxy.handlers.kubelet): which container, which
 kubelet address."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from proxy.kubelet import kubelet_address, pick_container
+from proxy.handlers.kubelet import kubelet_address, pick_container
 
 
 def a_pod(*containers: str, default: str = "", init: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def test_the_kubelet_address_is_the_first_preferred_type_at_the_kubelet_port() -
 
 
 def test_exec_options_become_the_kubelets_parameters() -> None:
-    from proxy.kubelet import offered_protocols, stream_query
+    from proxy.handlers.kubelet import offered_protocols, stream_query
 
     assert stream_query("command=sh&command=-c&command=echo+hi&stdin=true&stdout=true&stderr=false&tty=1&container=app") == (
         "command=sh&command=-c&command=echo+hi&input=1&output=1&tty=1"
@@ -50,7 +50,7 @@ def test_exec_options_become_the_kubelets_parameters() -> None:
 def test_a_spdy_upgrade_offers_every_stream_protocol_header_in_order() -> None:
     from multidict import CIMultiDict
 
-    from proxy.kubelet import spdy_protocols
+    from proxy.handlers.kubelet import spdy_protocols
 
     headers = CIMultiDict([("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1"), ("X-Stream-Protocol-Version", "v4.channel.k8s.io"),
                            ("X-Stream-Protocol-Version", "v3.channel.k8s.io"), ("x-stream-protocol-version", "v2.channel.k8s.io, channel.k8s.io")])

@@ -1,4 +1,4 @@
-"""The pure parts of replicated writes (proxy.replicate): the body other TPs get, the Warning
+"""The pure parts of replicated writes (proxy.handlers.replicate): the body other TPs get, the Warning
 for a copy a TP refused."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import orjson
 from multidict import CIMultiDict
 
 from proxy.clients.partition import Whole
-from proxy.replicate import _failure, _for_other_partitions
+from proxy.handlers.replicate import _failure, _for_other_partitions
 
 
 def test_a_replicated_json_body_loses_the_system_partitions_resource_version_and_uid() -> None:

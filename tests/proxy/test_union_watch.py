@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from proxy.messages import Exchange
-from proxy.union_watch import merge_and_write
+from proxy.handlers.union_watch import merge_and_write
 from routing import rv as rvcodec
 from routing.merge import WatchMerge
 from tests.proxy.pipeline.test_steps import Writer, exchange

@@ -21,20 +21,28 @@ from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
 from proxy.clients.partition import Whole
 from proxy.context import ProxyContext
-from proxy.forward import forward
 from proxy.headers import downstream_response_headers, upstream_request_headers
 from proxy.messages import Answer, Exchange
 from routing import discovery_merge as dm
 
-async def serve_discovery(ex: Exchange, ctx: ProxyContext) -> None:
-    """Answer a discovery document (module docstring); documents the proxy does not merge (the
-    protobuf OpenAPI v2, say) are forwarded to the system partition as before."""
+async def serve_discovery(ex: Exchange, ctx: ProxyContext) -> bool:
+    """Answer a discovery document (module docstring). False, answering nothing, for a document
+    the proxy does not merge (the protobuf OpenAPI v2, say): the caller forwards it to the
+    system partition."""
     assert ex.route is not None
     request, info, route = ex.request, ex.info, ex.route
     accept = request.headers.get("Accept", "")
     kind = dm.document_of(info.upstream_path, accept)
     if kind is None or not route.discovery_from:
-        return await forward(ex, ctx)
+        return False
+    await _merged(ex, ctx, kind)
+    return True
+
+
+async def _merged(ex: Exchange, ctx: ProxyContext, kind: dm.Document) -> None:
+    """The system partition's document with the other TPs' merged in (module docstring)."""
+    assert ex.route is not None
+    request, info, route = ex.request, ex.info, ex.route
     system = route.partitions[0]
     ex.target = system
     headers = upstream_request_headers(request.headers)
