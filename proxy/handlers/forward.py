@@ -23,6 +23,7 @@ from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
 from proxy.clients.partition import RequestClass, UpstreamResponse
 from proxy.context import ProxyContext
+from proxy.handlers.query_rv import too_old
 from proxy.headers import downstream_raw_headers, upstream_header_block
 from proxy.messages import Answer, Exchange
 from proxy.rv_epochs import ResourceVersions
@@ -54,7 +55,7 @@ async def _translate_request(ex: Exchange, rv: ResourceVersions, slot: int, code
             native = await rv.native_for(codec, client_rv, slot)
         except rvcodec.RVError as exc:
             if info.verb != "get":
-                raise _Refused(answers.expired_answer(f"too old resource version: {client_rv} ({exc})")) from None
+                raise _Refused(too_old(client_rv, exc)) from None
             # A GET is "not older than" its RV: the current object satisfies an RV this
             # partition cannot be asked for, so ask without one (a consistent read).
             query_string = translated_query(query_string, replace={"resourceVersion": None})

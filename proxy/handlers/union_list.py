@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 from proxy import answers
 from proxy.clients.errors import PartitionUnavailable, StreamBroken
 from proxy.context import ProxyContext
+from proxy.handlers.query_rv import RefusedRV, union_start
 from proxy.headers import downstream_response_headers, union_accept, upstream_request_headers
 from proxy.messages import Answer, Exchange
 from routing import rv as rvcodec
@@ -42,31 +43,49 @@ class _Down(Exception):
         self.retry_after = retry_after
 
 
+_Part = tuple[str, int, Any, bytes]  # (partition, status, headers, body) of one partition's answer
+
+
 async def union_list(ex: Exchange, ctx: ProxyContext, *, fallback: Fallback | None = None) -> None:
     """Answer a list (or deletecollection) from every partition of the route (module docstring)."""
     assert ex.route is not None
-    request, info, route = ex.request, ex.info, ex.route
+    request, route = ex.request, ex.route
     ex.target = "union"
     client_rv = request.query.get("resourceVersion", "")
     if request.query.get("continue"):
         return await ex.respond(answers.bad_request("invalid continue token"))
     codec = ctx.rv.codec(route.rv_space)
     try:
-        vector = await ctx.rv.start_vector(codec, client_rv)
-    except rvcodec.RVError as exc:
-        return await ex.respond(answers.expired_answer(f"too old resource version: {client_rv} ({exc})"))
+        vector = await union_start(ctx.rv, codec, client_rv)
+    except RefusedRV as refused:
+        return await ex.respond(refused.answer)
     accept = union_accept(request.headers.get("Accept", ""))
     if accept is None:
         return await ex.respond(answers.not_acceptable())
     if translate.encoding_of(request.headers.get("Content-Type", "")) is translate.Encoding.CBOR and request.body.can_read:
         return await ex.respond(answers.unsupported_media_type(request.headers.get("Content-Type", "")))
+    asked = await _ask_every_partition(ex, ctx, vector, accept)
+    if isinstance(asked, Answer):
+        return await ex.respond(asked)
+    parts, down = asked
+    for _, code, headers, raw in parts:
+        if code >= 300:
+            return await ex.respond(Answer(code, raw, downstream_response_headers(headers, keep_length=False), content_type=None))
+    await ex.respond(_merged(ex, ctx, codec, parts, down, fallback))
 
+
+async def _ask_every_partition(ex: Exchange, ctx: ProxyContext, vector: tuple[int, ...] | None, accept: str) -> Answer | tuple[list[_Part], list[str]]:
+    """Every live partition's answer to the request, each from its slot of `vector`: (the
+    answers, the partitions that did not answer), or the answer to give instead (503 when one
+    is down and the policy or method does not allow a partial list, or when none answered)."""
+    request, info, route = ex.request, ex.info, ex.route
+    assert route is not None
     base_headers = upstream_request_headers(request.headers)
     base_headers["Accept"] = accept
     base_headers.pop("Accept-Encoding", None)
     body = ex.body if ex.body is not None else (await request.body.read(1 << 62) if request.body.can_read else None)
 
-    async def one(partition: str) -> tuple[str, int, Any, bytes]:
+    async def one(partition: str) -> _Part:
         replace: dict[str, str | None] = {"limit": None, "continue": None}
         if vector is not None:
             replace["resourceVersion"] = str(vector[route.slot(partition)])
@@ -81,12 +100,12 @@ async def union_list(ex: Exchange, ctx: ProxyContext, *, fallback: Fallback | No
             raise _Down(partition, 1) from None
 
     results = await asyncio.gather(*(one(p) for p in route.partitions), return_exceptions=True)
-    parts: list[tuple[str, int, Any, bytes]] = []
+    parts: list[_Part] = []
     down: list[str] = []
     for partition, result in zip(route.partitions, results):
         if isinstance(result, _Down):
             if ctx.config.failure.union_policy == "unavailable" or request.method != "GET":
-                return await ex.respond(answers.unavailable_answer(partition, "it does not answer", result.retry_after))
+                return answers.unavailable_answer(partition, "it does not answer", result.retry_after)
             down.append(partition)
         elif isinstance(result, BaseException):
             raise result
@@ -94,11 +113,16 @@ async def union_list(ex: Exchange, ctx: ProxyContext, *, fallback: Fallback | No
             parts.append(result)
     if not parts:
         first = ctx.clients[route.partitions[0]]
-        return await ex.respond(answers.unavailable_answer(first.name, "no partition of the union answers", first.retry_after()))
-    for _, code, headers, raw in parts:
-        if code >= 300:
-            return await ex.respond(Answer(code, raw, downstream_response_headers(headers, keep_length=False), content_type=None))
+        return answers.unavailable_answer(first.name, "no partition of the union answers", first.retry_after())
+    return parts, down
 
+
+def _merged(ex: Exchange, ctx: ProxyContext, codec: rvcodec.RVCodec, parts: list[_Part], down: list[str],
+            fallback: Fallback | None) -> Answer:
+    """The partitions' lists merged into one answer, a down partition's share from a watch
+    cache (`fallback`) when one holds it, each left-out share named in a Warning."""
+    info, route = ex.info, ex.route
+    assert route is not None
     media = {translate.encoding_of(h.get("Content-Type", "")) for _, _, h, _ in parts}
     protobuf = media == {translate.Encoding.PROTOBUF}
     warnings: list[str] = []
@@ -120,13 +144,13 @@ async def union_list(ex: Exchange, ctx: ProxyContext, *, fallback: Fallback | No
         merged = (merge_protobuf_lists if protobuf else merge_lists)(lists, codec=codec, keep=keep)
     except rvcodec.RVUnencodable as exc:
         ctx.rv.request_sync()
-        return await ex.respond(answers.unavailable_answer(route.partitions[0], f"its resourceVersion table is behind ({exc})", 1))
+        return answers.unavailable_answer(route.partitions[0], f"its resourceVersion table is behind ({exc})", 1)
     except ValueError as exc:
-        return await ex.respond(answers.bad_gateway(f"a partition answered a list that is not one: {exc}"))
+        return answers.bad_gateway(f"a partition answered a list that is not one: {exc}")
     headers = downstream_response_headers(parts[0][2], keep_length=False) if parts[0][2] else CIMultiDict()
     headers.pop("Content-Encoding", None)
     if "Content-Type" not in headers:
         headers["Content-Type"] = "application/json"
     for warning in warnings:
         headers.add("Warning", warning)
-    await ex.respond(Answer(200, merged, headers, content_type=None))
+    return Answer(200, merged, headers, content_type=None)

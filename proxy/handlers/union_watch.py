@@ -31,6 +31,7 @@ from proxy.clients.errors import APIError, PartitionUnavailable, StreamBroken
 from proxy.clients.partition import PartitionClient
 from proxy.clients.watch import Backoff, WatchStream
 from proxy.context import ProxyContext
+from proxy.handlers.query_rv import RefusedRV, union_start
 from proxy.headers import downstream_response_headers, union_accept, upstream_request_headers
 from proxy.messages import Answer, Exchange
 from routing import protobuf as pb
@@ -69,65 +70,98 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
     protobuf when the client accepts it (kube-apiserver's choice from the client's Accept),
     else JSON."""
     assert ex.route is not None
-    request, info, route = ex.request, ex.info, ex.route
     ex.target = "union"
-    query = request.query
+    query = ex.request.query
     client_rv = query.get("resourceVersion", "")
-    client_sie = query.get("sendInitialEvents", "").lower() in _TRUE
     if is_malformed_rv(client_rv):
         return await ex.respond(answers.invalid_rv(client_rv, "not a decimal integer"))
-    codec = ctx.rv.codec(route.rv_space)
+    codec = ctx.rv.codec(ex.route.rv_space)
     try:
-        start = await ctx.rv.start_vector(codec, client_rv)
-    except rvcodec.RVError as exc:
-        return await ex.respond(answers.expired_answer(f"too old resource version: {client_rv} ({exc})"))
+        start = await union_start(ctx.rv, codec, client_rv)
+    except RefusedRV as refused:
+        return await ex.respond(refused.answer)
     gone = [p for i, p in enumerate(codec.space) if start is not None and start[i] and p in codec.retired]
     if gone:
         # The client holds objects of a partition that left: a union watch cannot tell it they
         # are gone one by one (it keeps no state); a relist can.
         return await ex.respond(answers.expired_answer(f"too old resource version: {client_rv} (partition {gone[0]} left the partition set)"))
-    accept = union_accept(request.headers.get("Accept", ""))
+    accept = union_accept(ex.request.headers.get("Accept", ""))
     if accept is None:
         return await ex.respond(answers.not_acceptable())
-    streaming_start = start is None and client_rv in {"", "0"}
+    watch = UnionWatch(ex, ctx, _merge_of(ex, ctx, codec, start, client_rv), accept=accept, client_rv=client_rv,
+                       streaming_start=start is None and client_rv in {"", "0"})
+    try:
+        await watch.serve()
+    finally:
+        await watch.close()
+
+
+def _merge_of(ex: Exchange, ctx: ProxyContext, codec: rvcodec.RVCodec, start: tuple[int, ...] | None, client_rv: str) -> WatchMerge:
+    """The merge of a union watch starting at `start` (None: from the partitions' lists)."""
+    route, query = ex.route, ex.request.query
+    assert route is not None
+    client_sie = query.get("sendInitialEvents", "").lower() in _TRUE
+    lists = client_sie or (start is None and client_rv in {"", "0"})  # every partition streams its initial events
     # partitions the client's RV has seen nothing of (they joined after it was issued)
     unseen = {p for p in route.partitions if start is not None and not start[route.slot(p)]}
-    merge = WatchMerge(
+    return WatchMerge(
         codec=codec,
         start=start or (0,) * len(route.rv_space),
-        initial=set(route.partitions) if (client_sie or streaming_start) else set(unseen),
+        initial=set(route.partitions) if lists else set(unseen),
         client_initial_events=client_sie,
         bookmarks=query.get("allowWatchBookmarks", "").lower() in _TRUE,
-        keep=route_keep(info, route, lambda: ctx.routing),
-        joining=set() if (client_sie or streaming_start) else set(unseen),
+        keep=route_keep(ex.info, route, lambda: ctx.routing),
+        joining=set() if lists else set(unseen),
     )
 
-    headers = upstream_request_headers(request.headers)
-    headers["Accept"] = accept
-    headers.pop("Accept-Encoding", None)
-    streams: dict[str, WatchStream] = {}
 
-    def upstream_query(partition: str) -> str:
+class UnionWatch:
+    """One client's union watch (module docstring): a `WatchStream` per partition, each pumped
+    into one bounded queue by a task of its own; what is queued is merged (`merge`) and written
+    in one piece. Partitions join and retire while it runs (`on_partition_set`)."""
+
+    def __init__(self, ex: Exchange, ctx: ProxyContext, merge: WatchMerge, *, accept: str, client_rv: str, streaming_start: bool) -> None:
+        """`streaming_start`: the client gave no position ("" or "0"): every partition starts
+        with a streaming list of its initial events."""
+        assert ex.route is not None
+        self.ex, self.ctx, self.merge = ex, ctx, merge
+        self.client_rv = client_rv
+        self.client_sie = ex.request.query.get("sendInitialEvents", "").lower() in _TRUE
+        self.streaming_start = streaming_start
+        self.headers = upstream_request_headers(ex.request.headers)  # what every partition's watch sends
+        self.headers["Accept"] = accept
+        self.headers.pop("Accept-Encoding", None)
+        self.streams: dict[str, WatchStream] = {}
+        for p in ex.route.partitions:
+            self.streams[p] = self._stream_of(p)
+        self.queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=_EVENT_QUEUE_DEPTH)
+        self.pumps: dict[str, asyncio.Task[None]] = {}
+        self.helpers: list[asyncio.Task[None]] = []  # retirements under way
+        self.retiring: dict[str, PartitionClient | None] = {}  # a retired partition's client, until its objects are listed
+        self.protobuf = False
+
+    def _upstream_query(self, partition: str) -> str:
         """The partition's query at each (re)open: from its last RV, still streaming its initial
         events if it had not finished them."""
+        merge = self.merge
         native = merge.vector[merge.space.index(partition)]
         joining = partition in merge.joining
         replace: dict[str, str | None] = {"timeoutSeconds": None, "watch": "true", "allowWatchBookmarks": "true",
-                                          "resourceVersion": str(native) if native else ("" if joining else client_rv)}
-        first = streams[partition].opened == 0
-        if ((first or partition in merge.initial) and (client_sie or streaming_start)) or (joining and not native):
+                                          "resourceVersion": str(native) if native else ("" if joining else self.client_rv)}
+        first = self.streams[partition].opened == 0
+        if ((first or partition in merge.initial) and (self.client_sie or self.streaming_start)) or (joining and not native):
             replace |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         else:
             replace |= {"sendInitialEvents": None, "resourceVersionMatch": None}
-        return translated_query(request.query_string, replace=replace)
+        return translated_query(self.ex.request.query_string, replace=replace)
 
-    def stream_of(p: str) -> WatchStream:
-        return WatchStream(ctx.clients[p], info.upstream_path, query=functools.partial(upstream_query, p), headers=headers,
-                           identity=ex.identity, backoff=_REOPEN)
+    def _stream_of(self, partition: str) -> WatchStream:
+        return WatchStream(self.ctx.clients[partition], self.ex.info.upstream_path, query=functools.partial(self._upstream_query, partition),
+                           headers=self.headers, identity=self.ex.identity, backoff=_REOPEN)
 
-    for p in route.partitions:
-        streams[p] = stream_of(p)
-    try:
+    async def serve(self) -> None:
+        """Open every partition's watch, then stream (or answer with the refusal instead)."""
+        ex, ctx, streams = self.ex, self.ctx, self.streams
         refused, down = await _open_all(streams, partial=ctx.config.failure.union_policy == "partial")
         if refused is not None:
             return await ex.respond(refused)
@@ -136,11 +170,94 @@ async def union_watch(ex: Exchange, ctx: ProxyContext) -> None:
         first = next(s for p, s in streams.items() if p not in down)
         if len({s.protobuf for p, s in streams.items() if p not in down}) > 1:
             return await ex.respond(answers.bad_gateway("partitions answered the watch in different media types"))
-        warnings = [f'299 - "partition {p} is unavailable: its events follow when it is back"' for p in down]
-        await _stream(ex, ctx, merge, streams, first_type=first.content_type, stream_of=stream_of, protobuf=first.protobuf,
-                      warnings=warnings, upstream_headers=headers)
-    finally:
-        for stream in streams.values():
+        self.protobuf = first.protobuf
+        headers = CIMultiDict({"Content-Type": first.content_type or "application/json"})
+        for p in down:
+            headers.add("Warning", f'299 - "partition {p} is unavailable: its events follow when it is back"')
+        await ex.writer.start(200, headers)
+        await self._run()
+
+    async def _run(self) -> None:
+        """Pump every stream and write merged batches until the watch's lifetime ends, the client
+        goes, the merge finishes (an ERROR event) or the proxy shuts down."""
+        ex, ctx, merge, queue = self.ex, self.ctx, self.merge, self.queue
+        deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)
+        self.pumps = {p: asyncio.create_task(self._pump(p, s), name=f"union-watch:{p}") for p, s in self.streams.items()}
+        try:
+            with ctx.stream(self._finish), ctx.partition_set_listener(self.on_partition_set), contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    while not merge.finished:
+                        batch = [await queue.get()]
+                        while not queue.empty():
+                            batch.append(queue.get_nowait())
+                        if not await self._write(batch):
+                            break
+        finally:
+            tasks = [*self.pumps.values(), *self.helpers]
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        await ex.writer.end()
+
+    async def _pump(self, partition: str, stream: WatchStream) -> None:
+        try:
+            async for event in stream.events():
+                await self.queue.put((partition, event))
+        except APIError as exc:  # a reopen refused: the union watch ends with its Status
+            await self.queue.put((partition, _status_event(exc.code, exc.body, protobuf=self.protobuf)))
+
+    def _finish(self) -> None:
+        """Shutdown: the marker ("", b"") ends the stream."""
+        while self.queue.full():
+            self.queue.get_nowait()
+        self.queue.put_nowait(("", b""))
+
+    def on_partition_set(self) -> None:
+        """The partition set changed (plain def: runs atomically). A partition that joined
+        the role is watched from its beginning, its objects reach the client as ADDED events.
+        One that retired stops being watched; once its last queued event is merged, its
+        objects leave as DELETED events (`_retirement`)."""
+        codec = self.ctx.rv.codec_extending(self.merge.space)
+        if codec is None or codec is self.merge.codec:
+            return
+        gone = sorted(p for p in self.streams if p in codec.retired)
+        for p in self.merge.rebase(codec):
+            self.streams[p] = self._stream_of(p)
+            self.pumps[p] = asyncio.create_task(self._pump(p, self.streams[p]), name=f"union-watch:{p}")
+        for p in gone:
+            self.retiring[p] = self.ctx.clients.get(p)  # taken now: the proxy closes a retired partition's client soon
+            task = asyncio.create_task(self._stop_then_mark(p, self.streams.pop(p), self.pumps.pop(p)), name=f"union-watch-retire:{p}")
+            self.helpers.append(task)
+
+    async def _stop_then_mark(self, partition: str, stream: WatchStream, pumping: asyncio.Task[None]) -> None:
+        """Stop a retired partition's stream; then queue the marker behind its last event."""
+        pumping.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await pumping
+        await stream.close()
+        await self.queue.put((partition, _RETIRED))
+
+    async def _write(self, batch: list[tuple[str, bytes]]) -> bool:
+        """merge_and_write, with each retirement marker replaced by that partition's DELETED
+        events, computed once everything before it is merged (the position they are at)."""
+        ex, ctx, merge, protobuf = self.ex, self.ctx, self.merge, self.protobuf
+        on_event = merge.on_frame if protobuf else merge.on_line
+        done = 0
+        for i, (partition, event) in enumerate(batch):
+            if event is not _RETIRED:
+                continue
+            if not await merge_and_write(ex, ctx, merge, batch[done:i], on_event, protobuf=protobuf):
+                return False
+            events = await _retirement(ex, merge, partition, self.retiring.pop(partition, None), headers=self.headers, protobuf=protobuf)
+            if not await merge_and_write(ex, ctx, merge, [(partition, e) for e in events], on_event, protobuf=protobuf):
+                return False
+            done = i + 1
+        return await merge_and_write(ex, ctx, merge, batch[done:], on_event, protobuf=protobuf)
+
+    async def close(self) -> None:
+        for stream in self.streams.values():
             await stream.close()
 
 
@@ -166,89 +283,6 @@ async def _open_all(streams: dict[str, WatchStream], *, partial: bool) -> tuple[
     if unavailable is not None and (not partial or len(down) == len(streams)):
         return answers.partition_unavailable(unavailable), down
     return None, down
-
-
-async def _stream(ex: Exchange, ctx: ProxyContext, merge: WatchMerge, streams: dict[str, WatchStream], *, first_type: str,
-                  stream_of: Callable[[str], WatchStream], protobuf: bool, warnings: list[str], upstream_headers: CIMultiDict[str]) -> None:
-    queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=_EVENT_QUEUE_DEPTH)
-
-    async def pump(partition: str, stream: WatchStream) -> None:
-        try:
-            async for event in stream.events():
-                await queue.put((partition, event))
-        except APIError as exc:  # a reopen refused: the union watch ends with its Status
-            await queue.put((partition, _status_event(exc.code, exc.body, protobuf=protobuf)))
-
-    def finish() -> None:  # shutdown: the marker ("", b"") ends the loop below
-        while queue.full():
-            queue.get_nowait()
-        queue.put_nowait(("", b""))
-
-    def on_partition_set() -> None:
-        """The partition set changed (plain def: runs atomically). A partition that joined
-        the role is watched from its beginning, its objects reach the client as ADDED events.
-        One that retired stops being watched; once its last queued event is merged, its
-        objects leave as DELETED events (`_retirement`)."""
-        codec = ctx.rv.codec_extending(merge.space)
-        if codec is None or codec is merge.codec:
-            return
-        gone = sorted(p for p in streams if p in codec.retired)
-        for p in merge.rebase(codec):
-            streams[p] = stream_of(p)
-            pumps[p] = asyncio.create_task(pump(p, streams[p]), name=f"union-watch:{p}")
-        for p in gone:
-            retiring[p] = ctx.clients.get(p)  # taken now: the proxy closes a retired partition's client soon
-            helpers.append(asyncio.create_task(stop_then_mark(p, streams.pop(p), pumps.pop(p)), name=f"union-watch-retire:{p}"))
-
-    async def stop_then_mark(partition: str, stream: WatchStream, pumping: asyncio.Task[None]) -> None:
-        """Stop a retired partition's stream; then queue the marker behind its last event."""
-        pumping.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await pumping
-        await stream.close()
-        await queue.put((partition, _RETIRED))
-
-    async def write(batch: list[tuple[str, bytes]]) -> bool:
-        """merge_and_write, with each retirement marker replaced by that partition's DELETED
-        events, computed once everything before it is merged (the position they are at)."""
-        done = 0
-        for i, (partition, event) in enumerate(batch):
-            if event is not _RETIRED:
-                continue
-            if not await merge_and_write(ex, ctx, merge, batch[done:i], on_event, protobuf=protobuf):
-                return False
-            events = await _retirement(ex, merge, partition, retiring.pop(partition, None), headers=upstream_headers, protobuf=protobuf)
-            if not await merge_and_write(ex, ctx, merge, [(partition, e) for e in events], on_event, protobuf=protobuf):
-                return False
-            done = i + 1
-        return await merge_and_write(ex, ctx, merge, batch[done:], on_event, protobuf=protobuf)
-
-    headers = CIMultiDict({"Content-Type": first_type or "application/json"})
-    for warning in warnings:
-        headers.add("Warning", warning)
-    await ex.writer.start(200, headers)
-    deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)
-    pumps = {p: asyncio.create_task(pump(p, s), name=f"union-watch:{p}") for p, s in streams.items()}
-    helpers: list[asyncio.Task[None]] = []
-    retiring: dict[str, PartitionClient | None] = {}
-    on_event = merge.on_frame if protobuf else merge.on_line
-    try:
-        with ctx.stream(finish), ctx.partition_set_listener(on_partition_set), contextlib.suppress(TimeoutError):
-            async with asyncio.timeout_at(deadline):
-                while not merge.finished:
-                    batch = [await queue.get()]
-                    while not queue.empty():
-                        batch.append(queue.get_nowait())
-                    if not await write(batch):
-                        break
-    finally:
-        tasks = [*pumps.values(), *helpers]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-    await ex.writer.end()
 
 
 async def _retirement(ex: Exchange, merge: WatchMerge, partition: str, client: PartitionClient | None, *,
