@@ -77,7 +77,8 @@ from hack.proxy_process import ProxyProcess, stop_process_group
 from routing import protobuf as pb
 from routing import rv as rvcodec
 from routing.decide import object_meta
-from routing.merge import WatchMerge, object_translator
+from routing.merge import WatchMerge
+from routing.translate import object_translator
 from routing.placement import Placement
 from routing.translate import StreamTranslator
 

@@ -39,6 +39,7 @@ from routing.decide import KeepFn, object_meta
 from routing import rv as rvcodec
 from routing.rvjson import find_own_rv, find_values, replace_spans, translate_natives
 from routing.status import expired, watch_error_event
+from routing.translate import object_translator
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
@@ -53,15 +54,6 @@ def native_rv(obj: dict[str, Any]) -> int:
     """The native resourceVersion of an upstream object (0 when absent or not numeric)."""
     value = object_meta(obj).get("resourceVersion") or (obj.get("metadata") or {}).get("resourceVersion")
     return int(value) if isinstance(value, str) and value.isdigit() and len(value) < 20 else 0
-
-
-def object_translator(codec: rvcodec.RVCodec, slot: int) -> Callable[[int], bytes | None]:
-    """native -> object-form proxy RV of partition `slot` (for `rvjson.translate_natives`)."""
-
-    def translate(native: int) -> bytes | None:
-        return codec.object_rv(slot, native).encode()
-
-    return translate
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,9 @@
 """THE place where resourceVersions cross the proxy: one entry per direction, dispatching on
 the media type to the codec of each encoding (`routing.rvjson` for JSON and YAML of any
-formatting, `routing.protobuf` for Kubernetes protobuf objects and watch frames). Pure.
+formatting, `routing.protobuf` for Kubernetes protobuf objects and watch frames). Pure. Every
+caller goes through here: forwards (`answer_translator`, `stream_translator`,
+`translate_request_body`), unions (`object_translator`, with routing.merge's vectors on top) and
+watch caches (`cached_json`, `cached_protobuf_item`, `stamped_json`, `stamped_protobuf`).
 
 The invariant (docs/resource-versions.md): for a merged resource, every resourceVersion a
 client receives is a proxy RV, and every resourceVersion the proxy sends a partition is that
@@ -23,6 +26,7 @@ import functools
 from collections.abc import Callable
 
 from routing import protobuf as pb
+from routing import rv as rvcodec
 from routing import rvjson
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -111,6 +115,41 @@ def translate_request_body(body: bytes, content_type: str, *, delete_options: bo
 # -- answers -------------------------------------------------------------------------------
 
 ToProxy = Callable[[int], bytes | None]
+
+
+def object_translator(codec: rvcodec.RVCodec, slot: int) -> ToProxy:
+    """native -> object-form proxy RV of partition `slot` (docs/resource-versions.md)."""
+
+    def translate(native: int) -> bytes | None:
+        return codec.object_rv(slot, native).encode()
+
+    return translate
+
+
+def cached_json(body: bytes, codec: rvcodec.RVCodec, slot: int) -> bytes:
+    """A JSON object of partition `slot` as a watch cache keeps it: every native RV in object form."""
+    return rvjson.translate_natives(body, object_translator(codec, slot))
+
+
+def cached_protobuf_item(item: bytes, codec: rvcodec.RVCodec, slot: int, *, api_version: str, kind: str) -> bytes:
+    """A protobuf list item or event object of partition `slot` as a watch cache keeps it: every
+    native RV in object form."""
+    return pb.rewrite_item_rvs(item, protobuf_rv_fn(object_translator(codec, slot)), api_version=api_version, kind=kind)
+
+
+_OWN_RV = ("metadata", "resourceVersion")
+
+
+def stamped_json(raw: bytes, stamp: str) -> bytes:
+    """A cached JSON object with its own resourceVersion set to `stamp` (a watch event's vector:
+    the position after the event), every other byte as it was."""
+    own = rvjson.find_own_rv(raw, _OWN_RV, None)
+    return raw if own is None else raw[: own[0]] + stamp.encode() + raw[own[1] :]
+
+
+def stamped_protobuf(raw: bytes, stamp: str) -> bytes:
+    """`stamped_json` of a cached protobuf object (`k8s\\0` + Unknown)."""
+    return pb.rewrite_rvs(raw, lambda where, value: stamp if where is pb.RVField.OWN else None, ordered=True)
 
 
 def protobuf_rv_fn(to_proxy: ToProxy, *, list_rv: ToProxy | None = None) -> Callable[[pb.RVField, str], str | None]:

@@ -13,7 +13,7 @@ answers them.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +23,11 @@ from config.models import CacheConfig
 from routing import protobuf as pb
 from routing import protobuf_items as pbi
 from routing import rv as rvcodec
-from routing.merge import object_translator
-from routing.rvjson import find_own_rv, translate_natives
 from routing.selectors import selectable_fields
 from routing.status import expired, watch_error_event
-from routing.translate import PROTOBUF, protobuf_rv_fn
+from routing.translate import PROTOBUF, cached_json, cached_protobuf_item, stamped_json, stamped_protobuf
 
 LAST_APPLIED = pbi.LAST_APPLIED
-_OWN_RV = ("metadata", "resourceVersion")
 
 
 @dataclass(slots=True)
@@ -61,9 +58,7 @@ def event_line(kind: str, raw: bytes, stamp: str = "") -> bytes:
     """A JSON WatchEvent line around already-encoded object bytes (a copy, no re-encoding), with
     the object's own resourceVersion set to `stamp` when given."""
     if stamp:
-        own = find_own_rv(raw, _OWN_RV, None)
-        if own is not None:
-            raw = raw[: own[0]] + stamp.encode() + raw[own[1] :]
+        raw = stamped_json(raw, stamp)
     return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
 
 
@@ -105,7 +100,7 @@ class JsonFormat:
             native_rv=native,
             labels=_interned(labels) if isinstance(labels, dict) else {},
             fields=_interned(selectable_fields(spec.group, spec.resource, obj)),
-            raw=exact_bytes(translate_natives(orjson.dumps(obj), object_translator(codec, slot))),
+            raw=exact_bytes(cached_json(orjson.dumps(obj), codec, slot)),
         )
 
     def event(self, kind: str, raw: bytes, stamp: str = "") -> bytes:
@@ -129,13 +124,6 @@ class JsonFormat:
         yield b"]}"
 
 
-def _stamp_fn(stamp: str) -> Callable[[pb.RVField, str], str | None]:
-    def fn(field: pb.RVField, _value: str) -> str | None:
-        return stamp if field is pb.RVField.OWN else None
-
-    return fn
-
-
 class ProtobufFormat:
     """Enveloped protobuf objects (`routing.protobuf`), length-prefixed watch frames. Only for
     resources whose selectable fields can be read from protobuf (`protobuf_items.readable`)."""
@@ -153,7 +141,7 @@ class ProtobufFormat:
                *, api_version: str, item_kind: str) -> CachedObject:
         facts = pbi.item_facts(item, spec.group, spec.resource)
         item = pbi.strip_item(item, managed_fields=spec.strip_managed_fields, last_applied=spec.strip_last_applied)
-        item = pb.rewrite_item_rvs(item, protobuf_rv_fn(object_translator(codec, slot)), api_version=api_version, kind=item_kind)
+        item = cached_protobuf_item(item, codec, slot, api_version=api_version, kind=item_kind)
         return CachedObject(
             slot=slot,
             namespace=sys.intern(facts.namespace),
@@ -166,7 +154,7 @@ class ProtobufFormat:
 
     def event(self, kind: str, raw: bytes, stamp: str = "") -> bytes:
         if stamp:
-            raw = pb.rewrite_rvs(raw, _stamp_fn(stamp), ordered=True)
+            raw = stamped_protobuf(raw, stamp)
         return pbi.event_frame(kind, raw)
 
     def bookmark(self, api_version: str, item_kind: str, stamp: str, *, initial_events_end: bool = False) -> bytes:

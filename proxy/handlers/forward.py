@@ -31,7 +31,7 @@ from routing import protobuf as pb
 from routing import rv as rvcodec
 from routing import rvjson
 from routing import translate
-from routing.merge import object_translator
+from routing.translate import object_translator
 from routing.query import is_malformed_rv, translated_query
 from routing.requestinfo import RequestInfo
 
