@@ -646,15 +646,16 @@ def _only(data: bytes, start: int, end: int, key: int, ordered: bool) -> tuple[i
     return None if pos > end else found
 
 
-_IDENTITY = {1: {5: RVField.OWN, 6: RVField.OWN}}  # ObjectMeta's uid (5) and resourceVersion (6)
+_IDENTITY = {1: {5: RVField.REFERENCE, 6: RVField.OWN}}  # ObjectMeta's uid (5) and resourceVersion (6)
 
 
-def without_identity(body: bytes) -> bytes:
-    """`body` (`k8s\\0` + Unknown of one object) with its metadata.uid and resourceVersion set to
-    "" (Go reads an empty string as unset): the object as another partition may take it, where
-    the uid and resourceVersion of the partition it was read from mean nothing (a replicated
-    write, proxy/handlers/replicate.py). Returns `body` itself when neither is set. Raises ProtobufError
-    for a body that is not an enveloped object."""
+def with_identity(body: bytes, resource_version: str) -> bytes:
+    """`body` (`k8s\\0` + Unknown of one object) as another partition may take it: its
+    metadata.uid set to "" (Go reads an empty string as unset) and its resourceVersion, when it
+    has one, set to `resource_version` (that partition's own, or "" for none): the uid and
+    resourceVersion of the partition it was read from mean nothing there (a replicated write,
+    proxy/handlers/replicate.py). Returns `body` itself when nothing changes. Raises
+    ProtobufError for a body that is not an enveloped object."""
     data = _bytes_of(body)
     if not data.startswith(MAGIC):
         raise ProtobufError("not a Kubernetes protobuf body: no k8s\\0 magic")
@@ -663,7 +664,8 @@ def without_identity(body: bytes) -> bytes:
         if number == 2:
             _expect_ld(number, wire)
             raws.append((field_start, vs, ve))
-    return _rewrite_raws(body, data, raws, _IDENTITY, lambda where, value: "", False)
+    return _rewrite_raws(body, data, raws, _IDENTITY,
+                         lambda where, value: resource_version if where is RVField.OWN else "", False)
 
 
 @functools.lru_cache(maxsize=512)

@@ -67,8 +67,15 @@ async def replicate(ex: Exchange, ctx: ProxyContext) -> None:
     if 200 <= status < 300 and info.resource == "customresourcedefinitions":
         ctx.definitions_changed.set()  # routing learns whether its resource is namespaced
     if 200 <= status < 300 and route.replicate_to:
-        copy = _for_other_partitions(body, request.headers.get("Content-Type", ""))
-        results = await asyncio.gather(*(send(p, copy) for p in route.replicate_to), return_exceptions=True)
+        content_type = request.headers.get("Content-Type", "")
+
+        async def replicate_to(partition: str) -> Whole:
+            # An update must carry the partition's own resourceVersion (kube-apiserver refuses an
+            # unconditional update of most definitions): the copy is last-writer-wins.
+            own = await _current_rv(ctx, ex, partition) if info.verb == "update" else ""
+            return await send(partition, _for_other_partitions(body, content_type, own))
+
+        results = await asyncio.gather(*(replicate_to(p) for p in route.replicate_to), return_exceptions=True)
         for partition, result in zip(route.replicate_to, results):
             warning = _failure(partition, result, delete=info.verb == "delete")
             if warning is not None:
@@ -77,14 +84,28 @@ async def replicate(ex: Exchange, ctx: ProxyContext) -> None:
     await ex.respond(Answer(status, raw, out_headers, content_type=None))
 
 
-def _for_other_partitions(body: bytes | None, content_type: str) -> bytes | None:
-    """The body to send the other partitions: an object (JSON or protobuf: client-go's
-    clientsets write protobuf) without the system partition's resourceVersion and uid, which
-    would fail the write there as a Conflict; anything else as it is."""
+async def _current_rv(ctx: ProxyContext, ex: Exchange, partition: str) -> str:
+    """The partition's own resourceVersion of the object being updated ("" when it cannot be
+    read: the update then goes without one and the partition says why)."""
+    try:
+        got = await ctx.clients[partition].read_whole("GET", ex.info.upstream_path, headers={"Accept": "application/json"},
+                                                      identity=ex.identity)
+    except (PartitionUnavailable, StreamBroken):
+        return ""
+    obj = _object(got.body) if got.status == 200 else None
+    value = (obj.get("metadata") or {}).get("resourceVersion") if obj is not None else None
+    return value if isinstance(value, str) else ""
+
+
+def _for_other_partitions(body: bytes | None, content_type: str, resource_version: str) -> bytes | None:
+    """The body to send another partition: an object (JSON or protobuf: client-go's clientsets
+    write protobuf) without the system partition's uid, and with `resource_version` (the other
+    partition's, or none) instead of the system partition's, which would fail the write there
+    as a Conflict; anything else as it is."""
     encoding = translate.encoding_of(content_type or "application/json")
     if body and encoding is translate.Encoding.PROTOBUF and body.startswith(pb.MAGIC):
         try:
-            return pb.without_identity(body)
+            return pb.with_identity(body, resource_version)
         except pb.ProtobufError:
             return body  # not an object: the partitions judge it as it is
     if not body or encoding is not translate.Encoding.JSON:
@@ -96,8 +117,11 @@ def _for_other_partitions(body: bytes | None, content_type: str) -> bytes | None
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     if not isinstance(meta, dict) or not ({"resourceVersion", "uid"} & meta.keys()):
         return body
-    meta.pop("resourceVersion", None)
     meta.pop("uid", None)
+    if resource_version and "resourceVersion" in meta:
+        meta["resourceVersion"] = resource_version
+    else:
+        meta.pop("resourceVersion", None)
     return orjson.dumps(doc)
 
 

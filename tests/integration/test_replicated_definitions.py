@@ -261,3 +261,30 @@ async def test_a_protobuf_update_of_a_definition_reaches_every_tenant_partition(
         async with s.put(url, data=body, ssl=kube.client_ssl(), headers={"Content-Type": protobuf, "Accept": protobuf}) as r:
             assert r.status == 200, await r.text()
             assert not [w for w in r.headers.getall("Warning", []) if "not replicated" in w], r.headers.getall("Warning", [])
+
+
+def test_an_update_of_a_crd_reaches_every_tenant_partition_and_leaves_the_merged_openapi(kube: Kube, unique: str) -> None:
+    # kube-apiserver refuses an unconditional update of a CRD: the copy sent to tp2 carries tp2's
+    # own resourceVersion. The conformance spec behind it: a version set to not served leaves
+    # /openapi/v2 (CustomResourcePublishOpenAPI, crd_publish_openapi.go).
+    group = f"u{unique}.example.com"
+    two = crd(group)
+    versions = two["spec"]["versions"]  # type: ignore[index]
+    versions.append({**versions[0], "name": "v2", "storage": False})  # type: ignore[union-attr]
+    kube.create(two)
+    definition = f"com.example.u{unique}.v2.Widget"
+
+    def served_in_openapi() -> bool:
+        return definition in json.loads(kube.kubectl("get", "--raw", "/openapi/v2"))["definitions"]
+
+    eventually(served_in_openapi, 60, f"{definition} in the merged /openapi/v2")
+    current = json.loads(kube.kubectl("get", "crd", f"widgets.{group}", "-o", "json"))
+    current["spec"]["versions"][1]["served"] = False
+    out = subprocess.run([kube.kubectl_path, "--kubeconfig", str(kube.admin), "replace", "-f", "-"], input=json.dumps(current),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "not replicated" not in out.stderr, out.stderr
+    for partition in ("tp1", "tp2"):
+        copy = json.loads(kube.kubectl("get", "crd", f"widgets.{group}", "-o", "json", kubeconfig=kube.direct(partition)))
+        assert [v["served"] for v in copy["spec"]["versions"]] == [True, False], partition
+    eventually(lambda: not served_in_openapi(), 60, f"{definition} gone from the merged /openapi/v2")
+    kube.kubectl("delete", "crd", f"widgets.{group}")

@@ -12,8 +12,10 @@ from proxy.handlers.replicate import _failure, _for_other_partitions
 
 def test_a_replicated_json_body_loses_the_system_partitions_resource_version_and_uid() -> None:
     body = orjson.dumps({"metadata": {"name": "x", "resourceVersion": "12", "uid": "u"}, "value": 1})
-    assert orjson.loads(_for_other_partitions(body, "application/json") or b"") == {"metadata": {"name": "x"}, "value": 1}
-    assert _for_other_partitions(b"\x6b\x38\x73\x00", "application/vnd.kubernetes.protobuf") == b"\x6b\x38\x73\x00"
+    assert orjson.loads(_for_other_partitions(body, "application/json", "") or b"") == {"metadata": {"name": "x"}, "value": 1}
+    # an update carries the other partition's own resourceVersion (kube-apiserver refuses an unconditional one)
+    assert orjson.loads(_for_other_partitions(body, "application/json", "88") or b"") == {"metadata": {"name": "x", "resourceVersion": "88"}, "value": 1}
+    assert _for_other_partitions(b"\x6b\x38\x73\x00", "application/vnd.kubernetes.protobuf", "") == b"\x6b\x38\x73\x00"
     refused = Whole(409, CIMultiDict(), orjson.dumps({"kind": "Status", "reason": "AlreadyExists", "message": 'x "y" already exists'}))
     assert _failure("tp2", refused, delete=False) == "299 - \"not replicated to tp2: 409 AlreadyExists x 'y' already exists\""
     assert _failure("tp2", Whole(404, CIMultiDict(), b"{}"), delete=True) is None

@@ -30,7 +30,7 @@ from routing.protobuf import (
     build_list,
     decode_envelope,
     decode_watch_event,
-    without_identity,
+    with_identity,
     encode_envelope,
     encode_frame,
     encode_watch_event,
@@ -306,17 +306,18 @@ def test_an_ordered_walk_stops_after_the_last_field_that_can_hold_an_rv() -> Non
         rewrite_rvs(body, lambda where, value: "2")
 
 
-def test_an_object_without_identity_has_no_uid_and_no_resource_version_and_keeps_the_rest() -> None:
+def test_an_object_for_another_partition_has_no_uid_its_resource_version_and_keeps_the_rest() -> None:
     body = fixture("pod.pb")
     before = decode_envelope(body)
 
-    out = without_identity(body)
+    out = with_identity(body, "77")
 
     after = decode_envelope(out)
     assert (after.api_version, after.kind) == (before.api_version, before.kind)
-    assert item_meta(after.raw) == ItemMeta(namespace=item_meta(before.raw).namespace, name=item_meta(before.raw).name, resource_version="")
+    assert item_meta(after.raw) == ItemMeta(namespace=item_meta(before.raw).namespace, name=item_meta(before.raw).name, resource_version="77")
     assert get(after.raw, 1, 5) == [b""] and get(before.raw, 1, 5) != [b""]  # uid
-    assert without_identity(out) == out and without_identity(envelope(ld(2, b"spec"))) == envelope(ld(2, b"spec"))
+    assert item_meta(decode_envelope(with_identity(body, "")).raw).resource_version == ""
+    assert with_identity(envelope(ld(2, b"spec")), "1") == envelope(ld(2, b"spec"))
 
 
 def test_rewriting_a_pod_rv_changes_only_the_rv_and_the_lengths_around_it() -> None:
