@@ -100,7 +100,8 @@ class AuthConfig(_Model):
 
     Clients authenticate with a certificate (CN user, O groups) signed by listen.tls.
     client_ca_file, or a bearer token: `static_tokens` first, then a TokenReview sent to
-    `token_review_partition` (answers cached `token_cache_seconds`). Without either a request
+    `token_review_partition`, or for a service-account token to the tenant partition owning
+    the namespace it names (answers cached `token_cache_seconds`). Without either a request
     gets 401, unless `anonymous` is on (then it is system:anonymous).
 
     Reads answered from a watch cache are authorized with a SubjectAccessReview to every

@@ -52,6 +52,7 @@ from proxy.watch_limits import WatchLimiter
 from routing import protobuf_items
 from routing.decide import RoutingState, owner_by_key
 from routing.placement import Placement
+from routing.tokens import service_account_namespace
 from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
 
 log = logging.getLogger("partition_proxy")
@@ -121,6 +122,18 @@ def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None,
     return caches, node_index
 
 
+def _token_reviewer(holder: list[ProxyContext], partition: str | None, token: str) -> PartitionClient | None:
+    """The client of the partition that reviews `token` for the proxy's own authentication:
+    with `auth.token_review_partition` set, the tenant partition owning the namespace a
+    service-account token names (routing.tokens), else that partition; None when unset."""
+    if partition is None:
+        return None
+    ctx = holder[0]
+    namespace = service_account_namespace(token)
+    owner = ctx.routing.placement.partition_of_namespace(namespace) if namespace else partition
+    return ctx.clients.get(owner) or ctx.clients.get(partition)
+
+
 class ProxyApp:
     """A running proxy (see the module docstring). `tasks` are its background tasks by name."""
 
@@ -172,7 +185,7 @@ class ProxyApp:
             clients=clients,
             metrics=Metrics.create(workers_dir=os.environ.get(METRICS_DIR_ENV) or None),
             caches=caches,
-            authn=Authenticator(config.auth, clients[review] if review else None),
+            authn=Authenticator(config.auth, functools.partial(_token_reviewer, holder, review)),
             authz=Authorizer(config.auth, clients),
             watches=WatchLimiter(config.limits.max_watches_per_identity),
             overload=InflightLimiter(config.failure),

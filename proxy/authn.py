@@ -2,9 +2,11 @@
 
 Order, first that applies: a client certificate verified by the TLS layer (CN user, O groups,
 as kube-apiserver's x509 authenticator); a bearer token found in the configured static tokens;
-a bearer token accepted by a TokenReview sent to `auth.token_review_partition` with the proxy's
-own credential (answers cached briefly, keyed by a SHA-256 of the token: the token itself is
-never stored, logged or forwarded); anonymous (`system:anonymous`, `system:unauthenticated`)
+a bearer token accepted by a TokenReview sent with the proxy's own credential (answers cached
+briefly, keyed by a SHA-256 of the token: the token itself is never stored, logged or
+forwarded) to `auth.token_review_partition`, or for a service-account token to the tenant
+partition owning the namespace its claims name (routing.tokens: only that partition can review
+it); anonymous (`system:anonymous`, `system:unauthenticated`)
 when enabled. Otherwise the request is unauthenticated and gets 401.
 
 `system:masters` is dropped from every client identity: membership in it bypasses RBAC on the
@@ -21,6 +23,8 @@ from typing import Any
 from cachetools import LRUCache, TTLCache
 
 from config.models import AuthConfig
+from collections.abc import Callable
+
 from proxy.identity import MASTERS, Identity, identity_from_peercert
 from proxy.clients.partition import PartitionClient
 from proxy.reviews import ReviewError, post_review
@@ -51,8 +55,12 @@ def _from_certificate(peercert: dict[str, Any]) -> Identity | None:
     return without_masters(identity) if identity is not None else None
 
 
+# token -> the client of the partition that reviews it, None when tokens are not reviewed
+ReviewerFn = Callable[[str], PartitionClient | None]
+
+
 class Authenticator:
-    def __init__(self, config: AuthConfig, token_review: PartitionClient | None) -> None:
+    def __init__(self, config: AuthConfig, token_review: ReviewerFn) -> None:
         self.config = config
         self.token_review = token_review
         self.static = {_digest(t.token): Identity(t.user, t.groups, t.uid) for t in config.static_tokens}
@@ -88,20 +96,19 @@ class Authenticator:
         for known, static in self.static.items():
             if hmac.compare_digest(known, digest):
                 return static
-        if self.token_review is None:
-            return None
         if digest in self.cache:
             return self.cache[digest]
-        identity, definite = await self._review(token)
+        client = self.token_review(token)
+        if client is None:
+            return None
+        identity, definite = await self._review(client, token)
         if definite:  # a partition that could not be asked is asked again next time
             self.cache[digest] = identity
         return identity
 
-    async def _review(self, token: str) -> tuple[Identity | None, bool]:
-        """Ask the configured partition with a TokenReview (authentication.k8s.io/v1).
+    async def _review(self, client: PartitionClient, token: str) -> tuple[Identity | None, bool]:
+        """Ask `client`'s partition with a TokenReview (authentication.k8s.io/v1).
         Returns (identity or None, whether the answer is definite enough to cache)."""
-        client = self.token_review
-        assert client is not None
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         try:
             status = await post_review(client, "/apis/authentication.k8s.io/v1/tokenreviews", review)

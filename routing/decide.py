@@ -8,7 +8,8 @@ Precedence, first match wins:
    lists stay the union of all RPs;
 2. node-scoped objects (nodes, leases in kube-node-lease, csinodes): the RP owning the node name;
 3. tenant-scoped objects (namespaces and everything namespaced): the TP owning the tenant;
-4. everything else: the system partition. A write of a cluster-scoped definition that
+4. everything else: the system partition, but a TokenReview goes to the tenant partition owning
+   the namespace its service-account token names (routing.tokens: only that one can review it). A write of a cluster-scoped definition that
    tenants' objects depend on (`REPLICATED`: CRDs, admission policies and their bindings,
    webhook configurations, PriorityClasses, RuntimeClasses) goes to the system partition and is
    then replicated to every other live TP (`Route.replicate_to`): without it a CRD made through
@@ -48,6 +49,7 @@ from routing.requestinfo import RequestInfo
 NODE_SCOPED = frozenset({("", "nodes"), ("storage.k8s.io", "csinodes")})
 NODE_LEASE = ("coordination.k8s.io", "leases")
 NAMESPACES = ("", "namespaces")
+TOKEN_REVIEWS = ("authentication.k8s.io", "tokenreviews")
 _UNION_VERBS = frozenset({"list", "watch", "deletecollection"})
 # Cluster-scoped kinds whose writes every tenant partition gets (docs/partition-set.md,
 # "cluster-scoped definitions"): what a TP's kube-apiserver reads when it serves or admits a
@@ -85,7 +87,7 @@ FENCE_RETRY_AFTER = 5
 class RouteKind(enum.Enum):
     FORWARD = "forward"  # one partition answers
     FAN_OUT = "fan-out"  # union list / union watch over several partitions
-    NEEDS_BODY_NAME = "needs-body-name"  # create without a name in the URL: decide again with it
+    NEEDS_BODY = "needs-body"  # a create without a name in its URL, a TokenReview: decide again with what its body says
     REJECT = "reject"  # the proxy answers with a Status itself
 
 
@@ -271,9 +273,10 @@ def object_meta(obj: dict[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = None) -> Route:
-    """Decide where a request goes. `body_name` is metadata.name of a create's body, when the
-    URL has no name and the caller has read it (after a NEEDS_BODY_NAME answer)."""
+def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = None, token_namespace: str | None = None) -> Route:
+    """Decide where a request goes. After a NEEDS_BODY answer the caller reads the body and
+    decides again with `body_name` (metadata.name of a create's body, routing.bodies.body_name)
+    and `token_namespace` (a TokenReview's, routing.bodies.body_token_namespace)."""
     p = state.placement
     pinned = info.partition
     if pinned and pinned not in p.config_names:
@@ -307,7 +310,7 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
             return _forward(owner or p.partition_of_node(name), space)
         if info.verb == "create":
             if body_name is None:
-                return Route(RouteKind.NEEDS_BODY_NAME)
+                return Route(RouteKind.NEEDS_BODY)
             # No name in the body either (generateName): the first RP validates and names it.
             return _forward(p.resource_partitions[0], space)
         if info.verb in _UNION_VERBS:
@@ -329,7 +332,7 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
             return _forward(owner, space)
         if info.verb == "create":
             if body_name is None:
-                return Route(RouteKind.NEEDS_BODY_NAME)
+                return Route(RouteKind.NEEDS_BODY)
             return _forward(p.system_partition, space)
         if info.verb in _UNION_VERBS:
             return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
@@ -348,7 +351,12 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
             return _forward(p.partition_of_tenant(info.tenant), space)
         return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
 
-    # 4. Everything else.
+    # 4. Everything else. A TokenReview goes where its service-account token was issued (routing.tokens).
+    if key == TOKEN_REVIEWS and info.verb == "create":
+        if token_namespace is None:
+            return Route(RouteKind.NEEDS_BODY)
+        if token_namespace:
+            return _forward(owner_of_namespaced(token_namespace, state), space)
     if key in REPLICATED and not info.namespace and (
         (info.verb in _WRITE_VERBS and not info.subresource) or (info.verb == "get" and info.subresource in ("", "status"))
     ):

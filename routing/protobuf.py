@@ -953,6 +953,17 @@ def status_fields(obj: bytes) -> StatusFields:
     return StatusFields(status=strings[2], message=strings[3], reason=strings[4], code=code)
 
 
+def token_review_token(body: bytes) -> str | None:
+    """spec.token of an enveloped TokenReview (authentication.k8s.io/v1 generated.proto:
+    TokenReview.spec = 2, TokenReviewSpec.token = 1), or None when absent or not decodable."""
+    try:
+        data = _bytes_of(body)
+        _type_meta, raw = _unknown_spans(data)
+        return None if raw is None else _last_string(data, _merged(data, raw[0], raw[1], 2), 1)
+    except ProtobufError:
+        return None
+
+
 def object_name(body: bytes) -> str | None:
     """metadata.name of an enveloped object (a protobuf create body), or None when absent or
     not decodable. Used to route creates by name (kubelets register nodes in protobuf)."""

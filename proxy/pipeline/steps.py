@@ -25,7 +25,7 @@ from proxy.messages import Exchange, Outcome
 from proxy.metrics import Metrics
 from proxy.overload import InflightLimiter, Overloaded, request_class
 from proxy.watch_limits import TooManyWatches, WatchLimiter
-from routing.bodies import body_name
+from routing.bodies import body_name, body_token_namespace
 from routing.decide import RouteKind, RoutingState, decide
 from routing.sli import sli_labels
 
@@ -120,7 +120,8 @@ class Overload:
 
 class Route:
     """Where the request goes (`routing.decide`). A create without a name in its URL is routed by
-    the name in its body, which is read here (bounded by `max_body_bytes`)."""
+    the name in its body, a TokenReview by its token's namespace: the body is read here
+    (bounded by `max_body_bytes`)."""
 
     def __init__(self, routing: Callable[[], RoutingState], max_body_bytes: int) -> None:
         self.routing = routing  # the routing state in force (replaced whole when the partition set changes)
@@ -129,12 +130,14 @@ class Route:
     async def __call__(self, ex: Exchange) -> bool:
         state = self.routing()  # one state for the whole decision, even if a reload lands meanwhile
         route = decide(ex.info, state)
-        if route.kind is RouteKind.NEEDS_BODY_NAME:
+        if route.kind is RouteKind.NEEDS_BODY:
             ex.body = await ex.request.body.read(self.max_body_bytes)
             if len(ex.body) > self.max_body_bytes:
                 await ex.respond(answers.request_too_large())
                 return True
-            route = decide(ex.info, state, body_name=body_name(ex.body, ex.request.headers.get("Content-Type", "")))
+            content_type = ex.request.headers.get("Content-Type", "")
+            route = decide(ex.info, state, body_name=body_name(ex.body, content_type),
+                           token_namespace=body_token_namespace(ex.body, content_type))
         if route.kind is RouteKind.REJECT:
             if route.plain_text:
                 await ex.respond(answers.plain_text(route.status_code, route.message))

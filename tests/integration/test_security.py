@@ -175,6 +175,39 @@ async def test_bearer_token_is_reviewed_by_the_partition_and_never_logged(kube: 
     assert "BEGIN" not in logs and "PRIVATE KEY" not in logs
 
 
+def _token_review(kube: Kube, token: str, kubeconfig: Path | None = None) -> dict:
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+    argv = [kube.kubectl_path, "--kubeconfig", str(kubeconfig or kube.admin), "create", "-f", "-", "-o", "json"]
+    done = subprocess.run(argv, input=json.dumps(review), capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)["status"]
+
+
+async def test_a_service_account_token_of_the_second_tenant_partition_is_reviewed_where_it_was_issued(
+    kube: Kube, unique: str
+) -> None:
+    # The namespace lives in tp2; the token is signed by tp2 (issuer https://tp2.partitions.local)
+    # and names a service account only tp2 stores: the system partition (tp1) cannot review it.
+    namespace, sa = f"zoo{unique}-tokens", f"robot-{unique}"
+    kube.kubectl("create", "namespace", namespace)
+    assert kube.kubectl("get", "namespace", namespace, "-o", "name", kubeconfig=kube.direct("tp2"), check=False).strip()
+    kube.kubectl("-n", namespace, "create", "serviceaccount", sa)
+    token = kube.kubectl("-n", namespace, "create", "token", sa).strip()
+    reference = _token_review(kube, token, kube.direct("tp2"))
+    assert reference["authenticated"] is True
+    through = _token_review(kube, token)
+    assert through["authenticated"] is True, through
+    assert through["user"]["username"] == reference["user"]["username"] == f"system:serviceaccount:{namespace}:{sa}"
+    # ... and the proxy's own authentication (auth.token_review_partition is tp1) asks tp2 too.
+    ctx = ssl.create_default_context(cafile=str(kube.fed.ca_file))
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{kube.proxy.server}/apis/authentication.k8s.io/v1/selfsubjectreviews", json=body,
+                          headers={"Authorization": f"Bearer {token}"}, ssl=ctx) as resp:
+            assert resp.status == 201, await resp.text()
+            review = await resp.json()
+    assert review["status"]["userInfo"]["username"] == f"system:serviceaccount:{namespace}:{sa}"
+
+
 async def test_watches_per_identity_are_limited_with_429_and_retry_after(kube: Kube, unique: str) -> None:
     # This user opens as many node watches (served from the cache) as the session proxy allows.
     ctx = kube.client_ssl(f"watcher-{unique}", ("partition-proxy:admins",))

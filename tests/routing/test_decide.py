@@ -159,7 +159,7 @@ def test_node_deletecollection_is_union_over_all_resource_partitions() -> None:
 
 
 def test_node_create_without_url_name_needs_the_body_name() -> None:
-    assert route("POST", "/api/v1/nodes").kind is RouteKind.NEEDS_BODY_NAME
+    assert route("POST", "/api/v1/nodes").kind is RouteKind.NEEDS_BODY
 
 
 @pytest.mark.parametrize(("body_name", "expected"), [("rp1-n7", "rp1"), ("rp2-n7", "rp2")])
@@ -184,7 +184,7 @@ def test_node_create_without_any_name_goes_to_one_resource_partition() -> None:
 def test_node_lease_create_is_routed_by_body_name_to_the_nodes_rp() -> None:
     path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
-    assert route("POST", path).kind is RouteKind.NEEDS_BODY_NAME
+    assert route("POST", path).kind is RouteKind.NEEDS_BODY
     assert route("POST", path, body_name="rp2-n1") == forward("rp2", RPS)
 
 
@@ -199,7 +199,7 @@ def test_lease_outside_kube_node_lease_is_tenant_scoped() -> None:
 
 
 def test_namespace_create_without_url_name_needs_the_body_name() -> None:
-    assert route("POST", "/api/v1/namespaces").kind is RouteKind.NEEDS_BODY_NAME
+    assert route("POST", "/api/v1/namespaces").kind is RouteKind.NEEDS_BODY
 
 
 @pytest.mark.parametrize(
@@ -589,7 +589,7 @@ def test_decide_never_raises_and_always_names_configured_partitions(
     if result.kind is RouteKind.REJECT:
         assert info.partition and info.partition not in TPS + RPS
         assert result.status_code == 404
-    elif result.kind is RouteKind.NEEDS_BODY_NAME:
+    elif result.kind is RouteKind.NEEDS_BODY:
         assert body_name is None and info.verb == "create" and not info.name
     elif result.kind is RouteKind.FAN_OUT:
         assert result.partitions in (TPS, RPS)

@@ -145,20 +145,20 @@ async def test_limits_pass_a_request_within_them() -> None:
 async def test_authenticate_finds_a_static_token_and_drops_system_masters() -> None:
     auth = AuthConfig(static_tokens=[{"token": "sekrit-token", "user": "bob", "groups": ["system:masters", "ops"]}])
     ex = exchange(headers={"Authorization": "Bearer sekrit-token"}, identity=None)
-    assert await passes(steps.Authenticate(Authenticator(auth, None)), ex)
+    assert await passes(steps.Authenticate(Authenticator(auth, lambda token: None)), ex)
     assert ex.identity == Identity("bob", ("ops",))
 
 
 async def test_authenticate_answers_401_to_nobody() -> None:
     ex = exchange(headers={"Authorization": "Bearer wrong-token"}, identity=None)
-    assert not await passes(steps.Authenticate(Authenticator(AuthConfig(), None)), ex)
+    assert not await passes(steps.Authenticate(Authenticator(AuthConfig(), lambda token: None)), ex)
     assert writer(ex).only["_status"] == 401 and writer(ex).only["reason"] == "Unauthorized"
 
 
 async def test_authenticate_reads_the_verified_client_certificate() -> None:
     ex = exchange(identity=None)
     ex.request.peercert = {"subject": ((("commonName", "system:node:rp1-n1"),), (("organizationName", "system:nodes"),))}
-    assert await passes(steps.Authenticate(Authenticator(AuthConfig(), None)), ex)
+    assert await passes(steps.Authenticate(Authenticator(AuthConfig(), lambda token: None)), ex)
     assert ex.identity == Identity("system:node:rp1-n1", ("system:nodes",))
 
 
