@@ -2,13 +2,15 @@
 # on a fresh machine: the venv (.venv) and the real components (.local/bin): `make run` only what
 # it runs (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, kubemark, kwok),
 # `make test` those and what only the tests use (client-go programs, toxiproxy, helm).
+# `make conformance` (not part of `make test`) runs the Kubernetes e2e suite through the proxy and
+# against a peer cluster; it builds what `make run` needs and e2e.test.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test unit venv components components-run lint clean bench loadtest
+.PHONY: run test unit venv components components-run lint clean bench loadtest conformance
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -57,3 +59,12 @@ bench: venv components
 loadtest: venv components
 	$(VENV)/bin/python -m bench.density $(ARGS) > /dev/null
 	$(VENV)/bin/python -m bench.report .local/bench/density.json --out .local/bench/density.md
+
+# The Kubernetes e2e suite (k8s.io/kubernetes/test/e2e v1.36.3, README "Conformance"): the API
+# machinery specs and the API-only conformance specs, through the proxy and straight at a peer
+# cluster in the same run; a per-spec table, exit 1 on a regression. Not part of `make test`
+# (e2e.test is the longest build, the run takes most of an hour). ARGS passes flags, e.g.
+# make conformance ARGS="--focus 'health handlers' --keep".
+conformance: venv
+	bash hack/build-components.sh conformance
+	$(VENV)/bin/python -m hack.conformance $(ARGS)

@@ -6,6 +6,10 @@
 #                                        kube-scheduler, kube-controller-manager, kubemark, kwok
 #   bash hack/build-components.sh test   (the default) all of run, plus what only the tests use:
 #                                        the client-go programs (hack/k8s/clients), toxiproxy, helm
+#   bash hack/build-components.sh conformance
+#                                        all of run, plus e2e.test (the Kubernetes e2e suite,
+#                                        `go test -c k8s.io/kubernetes/test/e2e`) for
+#                                        `make conformance`; not in test: CI does not pay for it
 #
 # Binaries are cached in .local/bin keyed by version: only the first run pays for the build.
 # Go's own module and build caches (GOMODCACHE, GOCACHE) stay in their default places so they
@@ -19,16 +23,25 @@ mkdir -p "$bin" "$cache"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 set_=${1:-test}
 case "$set_" in
-  run|test) ;;
-  *) echo "usage: $0 [run|test]   (run: what make run starts; test: everything the tests use)" >&2; exit 2 ;;
+  run|test|conformance) ;;
+  *) echo "usage: $0 [run|test|conformance]   (run: what make run starts; test: everything the tests use;" \
+          "conformance: run and e2e.test)" >&2; exit 2 ;;
 esac
 
 K8S_VERSION=v1.36.3   # keep in step with hack/k8s/go.mod
 ETCD_VERSION=v3.6.8   # the etcd server k8s.io/kubernetes v1.36.3 requires
 KWOK_VERSION=v0.8.0   # its go.mod says go 1.26.0 (newer kwok needs Go >= 1.27)
 
-build() {  # build NAME VERSION PACKAGE [LDFLAGS]
-  local name=$1 version=$2 pkg=$3 ldflags=${4:-}
+build() {  # build NAME VERSION PACKAGE [LDFLAGS]: a command (`go build`)
+  _build "$1" "$2" "$3" "${4:-}" build
+}
+
+build_test() {  # build_test NAME VERSION PACKAGE: the test binary of a package (`go test -c`)
+  _build "$1" "$2" "$3" "" "test -c"
+}
+
+_build() {  # _build NAME VERSION PACKAGE LDFLAGS GOCMD
+  local name=$1 version=$2 pkg=$3 ldflags=$4 gocmd=$5
   local out="$bin/$name-$version"
   if [ ! -x "$out" ] && [ -x "$cache/$name-$version" ]; then
     cp "$cache/$name-$version" "$out.tmp" && mv "$out.tmp" "$out"
@@ -40,7 +53,8 @@ build() {  # build NAME VERSION PACKAGE [LDFLAGS]
   fi
   echo "building $name $version from $pkg (cold builds take minutes on 2 cores)..." >&2
   local start=$SECONDS
-  (cd "$top/hack/k8s" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
+  # shellcheck disable=SC2086 # GOCMD is two words for `go test -c`
+  (cd "$top/hack/k8s" && go $gocmd -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   ln -sf "$name-$version" "$bin/$name"
   cp "$out" "$cache/$name-$version.tmp" && mv "$cache/$name-$version.tmp" "$cache/$name-$version"
@@ -82,6 +96,13 @@ install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok
 
 [ "$set_" = run ] && exit 0
 
+if [ "$set_" = conformance ]; then
+  # The e2e suite of the pinned module, for hack/conformance.py. Its test-only dependencies are
+  # in hack/k8s/go.sum. The largest binary of all (104 MiB) and the longest link.
+  build_test e2e.test "$K8S_VERSION" k8s.io/kubernetes/test/e2e
+  exit 0
+fi
+
 # client-go programs the tests run as clients (hack/k8s/clients), built from the same module.
 # Their "version" is a content hash of their sources, go.mod and go.sum: an edit rebuilds them
 # (seconds with a warm Go build cache), an unchanged tree copies them from the cache.
@@ -95,3 +116,23 @@ install toxiproxy-server v2.12.0 github.com/Shopify/toxiproxy/v2/cmd/server serv
 # helm (chart lint/template in tests). go install leaves helm's default KubeVersion at v1.20:
 # every helm call in this project passes --kube-version.
 install helm v3.21.4 helm.sh/helm/v3/cmd/helm helm
+
+# promtool (`promtool check rules` of the chart's alerts in tests/chart/test_operations.py), from
+# Debian's prometheus package: downloaded and unpacked, only the binary kept (nothing installed
+# system-wide; building it from its Go module pulls in every service-discovery SDK).
+PROMTOOL_DEB_VERSION=2.42.0+ds-5+deb12u1   # Debian 12 (bookworm)
+promtool_out="$bin/promtool-$PROMTOOL_DEB_VERSION"
+if [ ! -x "$promtool_out" ] && [ -x "$cache/promtool-$PROMTOOL_DEB_VERSION" ]; then
+  cp "$cache/promtool-$PROMTOOL_DEB_VERSION" "$promtool_out"
+fi
+if [ ! -x "$promtool_out" ]; then
+  echo "installing promtool from Debian's prometheus $PROMTOOL_DEB_VERSION..." >&2
+  debdir=$(mktemp -d)
+  (cd "$debdir" && { apt-get download "prometheus=$PROMTOOL_DEB_VERSION" 2>/dev/null ||
+                     { apt-get update -qq && apt-get download "prometheus=$PROMTOOL_DEB_VERSION"; }; } &&
+   dpkg-deb -x prometheus_*.deb x)
+  mv "$debdir/x/usr/bin/promtool" "$promtool_out"
+  rm -rf "$debdir"
+  cp "$promtool_out" "$cache/promtool-$PROMTOOL_DEB_VERSION"
+fi
+ln -sf "promtool-$PROMTOOL_DEB_VERSION" "$bin/promtool"
