@@ -84,9 +84,31 @@ def server_ssl_context(listen: ListenConfig) -> ssl.SSLContext | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line `argv` (default: sys.argv[1:]); the exit code (module docstring)."""
+    args = _parser().parse_args(argv)
+    if args.command == "kubeconfig":
+        return _kubeconfig(args)
+    if args.check_config:
+        return _check_config(args.config)
+    return _serve(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The `partition-proxy` parser: the `serve` and `kubeconfig` subcommands."""
     parser = argparse.ArgumentParser(prog="partition-proxy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve the federation described by a config file")
+    _add_serve_flags(sub.add_parser("serve", help="serve the federation described by a config file"))
+    _add_kubeconfig_flags(sub.add_parser(
+        "kubeconfig",
+        help="write a kubeconfig for a kubelet (of a resource partition) or a scheduler (of a tenant partition)",
+        description="Write a kubeconfig whose server URL carries the partition path prefix "
+        "/partitions/<name>, with the CA and the client credentials embedded.",
+    ))
+    return parser
+
+
+def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
+    """The flags of `serve`."""
     serve.add_argument("--config", type=Path, required=True, help="YAML config file")
     serve.add_argument("--log-level", default="INFO")
     serve.add_argument(
@@ -109,12 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         help="validate the config (fields, partitions, cache selectors) and exit: 0 printing `config OK`, "
         "or 2 with one line; reads no kubeconfig or TLS file and opens no connection",
     )
-    kubeconfig = sub.add_parser(
-        "kubeconfig",
-        help="write a kubeconfig for a kubelet (of a resource partition) or a scheduler (of a tenant partition)",
-        description="Write a kubeconfig whose server URL carries the partition path prefix "
-        "/partitions/<name>, with the CA and the client credentials embedded.",
-    )
+
+
+def _add_kubeconfig_flags(kubeconfig: argparse.ArgumentParser) -> None:
+    """The flags of `kubeconfig`."""
     # Required flags are checked by _kubeconfig, not argparse, so a missing one is one line too.
     kubeconfig.add_argument("--server", help="the proxy's base URL, e.g. https://proxy:6443 (required)")
     kubeconfig.add_argument("--ca-file", type=Path, help="CA of the proxy's serving certificate, PEM (required)")
@@ -125,13 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     kubeconfig.add_argument("--name", help=f"kubelet: its node name (required); scheduler: a name (default {DEFAULT_SCHEDULER_NAME})")
     kubeconfig.add_argument("--config", type=Path, help="the proxy's config: check the partition exists and has the right role")
     kubeconfig.add_argument("-o", "--output", default="-", help="output file (mode 0600), '-' for stdout (default)")
-    args = parser.parse_args(argv)
 
-    if args.command == "kubeconfig":
-        return _kubeconfig(args)
-    if args.check_config:
-        return _check_config(args.config)
 
+def _serve(args: argparse.Namespace) -> int:
+    """`serve`: load the config and check it as far as start-up can before any I/O (exit 2 on
+    an error), then run the workers of `--workers N`, or the proxy in this process until a
+    signal stops it (exit 0; 1 when start-up fails)."""
     faulthandler.enable()  # a crash in a C extension (uvloop, orjson, ssl) leaves its Python stack on stderr
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a reload, never a hang-up, even before the loop handles it
     worker = os.environ.get(WORKER_ENV)

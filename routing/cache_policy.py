@@ -99,21 +99,12 @@ def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSp
         return None
     if not accepts_plain_json(accept):
         return None
-    try:
-        label_selector = parse_label_selector(query.get("labelSelector", ""))
-        field_selector = parse_field_selector(query.get("fieldSelector", ""))
-    except SelectorError:
-        return None  # the partition answers with its own Status
-    allowed = SELECTABLE_FIELDS.get((spec.group, spec.resource), frozenset({"metadata.name", "metadata.namespace"}))
-    if not field_selector.fields() <= allowed:
+    selectors = _cacheable_selectors(query, spec)
+    if selectors is None:
         return None
-    if not label_selector.at_least_as_narrow_as(spec.label_selector):
-        return None
-    if not field_selector.at_least_as_narrow_as(spec.field_selector):
-        return None
+    label_selector, field_selector = selectors
 
     rv = query.get("resourceVersion", "")
-    rvm = query.get("resourceVersionMatch", "")
     sie = query.get("sendInitialEvents", "").lower() in _TRUE
     vector: tuple[int, ...] | None = None
     if rv not in {"", "0"}:
@@ -124,29 +115,8 @@ def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSp
         if not spec.codec.is_vector_form(rv) and not spec.codec.is_complete(vector):
             return None  # one object's RV, not a position: the union answers it
 
-    name = info.name or _selected_name(field_selector)
-    bookmarks = query.get("allowWatchBookmarks", "").lower() in _TRUE
-    if info.verb == "watch":
-        if query.get("continue") or query.get("limit"):
-            return None
-        if sie and rvm not in {"", "NotOlderThan"}:
-            return None
-        if not sie and rvm:
-            return None
-        mode = CacheMode.WATCH
-    elif info.verb == "list":
-        if query.get("continue") or rvm == "Exact" or sie:
-            return None
-        if rv == "":
-            return None  # consistent read: the partitions answer
-        if vector is not None and not rvm and query.get("limit"):
-            return None  # legacy RV=N with limit means Exact
-        mode = CacheMode.LIST
-    elif info.verb == "get" and info.name:
-        if rv != "0":
-            return None
-        mode = CacheMode.GET
-    else:
+    mode = _cache_mode(info, query, send_initial_events=sie, vector=vector)
+    if mode is None:
         return None
     return CachePlan(
         mode=mode,
@@ -155,9 +125,58 @@ def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSp
         namespace=info.namespace,
         vector=vector,
         send_initial_events=sie,
-        bookmarks=bookmarks,
-        name=name,
+        bookmarks=query.get("allowWatchBookmarks", "").lower() in _TRUE,
+        name=info.name or _selected_name(field_selector),
     )
+
+
+def _cacheable_selectors(query: Mapping[str, str], spec: CacheSpec) -> tuple[LabelSelector, FieldSelector] | None:
+    """The request's labelSelector and fieldSelector, parsed, when the cache `spec` can answer
+    them: the field selector uses only fields the cache indexes (SELECTABLE_FIELDS, else
+    metadata.name and metadata.namespace) and both are at least as narrow as the cache's.
+    None otherwise, or when one does not parse (the partition answers with its own Status)."""
+    try:
+        label_selector = parse_label_selector(query.get("labelSelector", ""))
+        field_selector = parse_field_selector(query.get("fieldSelector", ""))
+    except SelectorError:
+        return None
+    allowed = SELECTABLE_FIELDS.get((spec.group, spec.resource), frozenset({"metadata.name", "metadata.namespace"}))
+    if not field_selector.fields() <= allowed:
+        return None
+    if not label_selector.at_least_as_narrow_as(spec.label_selector):
+        return None
+    if not field_selector.at_least_as_narrow_as(spec.field_selector):
+        return None
+    return label_selector, field_selector
+
+
+def _cache_mode(info: RequestInfo, query: Mapping[str, str], *, send_initial_events: bool,
+                vector: tuple[int, ...] | None) -> CacheMode | None:
+    """How a watch cache may answer the request's verb with its resourceVersion semantics
+    (resourceVersion, resourceVersionMatch, sendInitialEvents, limit, continue; see the module
+    docstring), None when only the partitions may. `vector`: the resourceVersion decoded, None
+    for "" and "0"."""
+    rv = query.get("resourceVersion", "")
+    rvm = query.get("resourceVersionMatch", "")
+    if info.verb == "watch":
+        if query.get("continue") or query.get("limit"):
+            return None
+        if send_initial_events and rvm not in {"", "NotOlderThan"}:
+            return None
+        if not send_initial_events and rvm:
+            return None
+        return CacheMode.WATCH
+    if info.verb == "list":
+        if query.get("continue") or rvm == "Exact" or send_initial_events:
+            return None
+        if rv == "":
+            return None  # consistent read: the partitions answer
+        if vector is not None and not rvm and query.get("limit"):
+            return None  # legacy RV=N with limit means Exact
+        return CacheMode.LIST
+    if info.verb == "get" and info.name:
+        return CacheMode.GET if rv == "0" else None
+    return None
 
 
 def _selected_name(field_selector: FieldSelector) -> str:

@@ -274,69 +274,88 @@ def object_meta(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = None, token_namespace: str | None = None) -> Route:
-    """Decide where a request goes. After a NEEDS_BODY answer the caller reads the body and
-    decides again with `body_name` (metadata.name of a create's body, routing.bodies.body_name)
-    and `token_namespace` (a TokenReview's, routing.bodies.body_token_namespace)."""
+    """Decide where a request goes, by the precedence of the module docstring (steps 1 to 4).
+    After a NEEDS_BODY answer the caller reads the body and decides again with `body_name`
+    (metadata.name of a create's body, routing.bodies.body_name) and `token_namespace` (a
+    TokenReview's, routing.bodies.body_token_namespace)."""
     p = state.placement
     pinned = info.partition
     if pinned and pinned not in p.config_names:
         return _not_found()
     space = rv_space_of(info, state)
-
     if not info.is_resource_request or info.malformed:
-        # Discovery, /version, /openapi and paths kube-apiserver will answer itself; discovery
-        # and OpenAPI documents merged with the other TPs' (what a CRD made in one adds).
-        if not pinned and not info.malformed and info.method == "GET" and document_of(info.upstream_path, "") is not None:
-            others = tuple(t for t in p.tenant_partitions if t != p.system_partition)
-            return Route(RouteKind.FORWARD, (p.system_partition,), discovery_from=others)
-        return Route(RouteKind.FORWARD, (pinned or p.system_partition,))
-
+        return _non_resource_route(info, p)
     node_scoped = is_node_scoped(info)
-    key = (info.api_group, info.resource)
-
     # 1. A partition path prefix.
-    if pinned:
-        pinned_is_rp = pinned in p.resource_partitions
-        if pinned_is_rp and (node_scoped or is_pinned_lease_list(info, p)):
-            return _forward(pinned, space)
-        if not pinned_is_rp and not node_scoped:
-            return _forward(pinned, space)
-
-    # 2. Node-scoped objects: where the node is (node index), else where a create puts it.
+    if pinned and _prefix_pins(info, p, node_scoped=node_scoped):
+        return _forward(pinned, space)
+    # 2. Node-scoped objects.
     if node_scoped:
-        name = info.name or (body_name if info.verb == "create" else None)
-        if name:
-            owner = state.node_index.get(name) if info.verb != "create" else None
-            return _forward(owner or p.partition_of_node(name), space)
-        if info.verb == "create":
-            if body_name is None:
-                return Route(RouteKind.NEEDS_BODY)
-            # No name in the body either (generateName): the first RP validates and names it.
-            return _forward(p.resource_partitions[0], space)
-        if info.verb in _UNION_VERBS:
-            return Route(RouteKind.FAN_OUT, p.resource_partitions, space)
-        return _forward(p.resource_partitions[0], space)
-
+        return _node_scoped_route(info, state, space=space, body_name=body_name)
     # 3. Tenant-scoped objects.
+    route = _tenant_scoped_route(info, state, space=space, body_name=body_name)
+    if route is not None:
+        return route
+    # 4. Everything else.
+    return _system_route(info, state, space=space, token_namespace=token_namespace)
+
+
+def _non_resource_route(info: RequestInfo, p: Placement) -> Route:
+    """A request that is not for a resource, or that is malformed: discovery, /version, /openapi
+    and paths kube-apiserver will answer itself, at the pinned partition or the system
+    partition; discovery and OpenAPI documents merged with the other TPs' (what a CRD made in
+    one adds)."""
+    if not info.partition and not info.malformed and info.method == "GET" and document_of(info.upstream_path, "") is not None:
+        others = tuple(t for t in p.tenant_partitions if t != p.system_partition)
+        return Route(RouteKind.FORWARD, (p.system_partition,), discovery_from=others)
+    return Route(RouteKind.FORWARD, (info.partition or p.system_partition,))
+
+
+def _prefix_pins(info: RequestInfo, p: Placement, *, node_scoped: bool) -> bool:
+    """Step 1: whether the partition path prefix of `info` pins it to that partition: a
+    resource partition pins node-scoped objects and a list/watch of leases in every namespace,
+    a tenant partition everything but node-scoped objects."""
+    if info.partition in p.resource_partitions:
+        return node_scoped or is_pinned_lease_list(info, p)
+    return not node_scoped
+
+
+def _object_name(info: RequestInfo, body_name: str | None) -> str | None:
+    """The name of the object a request is about: in its path, else for a create its body's
+    (None before the body is read)."""
+    return info.name or (body_name if info.verb == "create" else None)
+
+
+def _node_scoped_route(info: RequestInfo, state: RoutingState, *, space: tuple[str, ...], body_name: str | None) -> Route:
+    """Step 2: a node-scoped object goes where its node is (the node index), else where a
+    create puts it (`Placement.partition_of_node`); a union of every RP for a list or watch."""
+    p = state.placement
+    name = _object_name(info, body_name)
+    if name:
+        owner = state.node_index.get(name) if info.verb != "create" else None
+        return _forward(owner or p.partition_of_node(name), space)
+    if info.verb == "create":
+        if body_name is None:
+            return Route(RouteKind.NEEDS_BODY)
+        # No name in the body either (generateName): the first RP validates and names it.
+        return _forward(p.resource_partitions[0], space)
+    if info.verb in _UNION_VERBS:
+        return Route(RouteKind.FAN_OUT, p.resource_partitions, space)
+    return _forward(p.resource_partitions[0], space)
+
+
+def _tenant_scoped_route(info: RequestInfo, state: RoutingState, *, space: tuple[str, ...], body_name: str | None) -> Route | None:
+    """Step 3: namespaces and namespaced objects go to the TP owning their tenant (a union of
+    every TP, or of every partition for leases, for a list or watch in every namespace);
+    a write of a fenced tenant's is refused. None when the request is not tenant-scoped."""
+    p = state.placement
+    key = (info.api_group, info.resource)
     if p.fenced and info.verb in _WRITE_VERBS:
-        namespace = info.namespace or (
-            (info.name or (body_name if info.verb == "create" else None) or "") if key == NAMESPACES else ""
-        )
-        tenant = info.tenant or (p.tenant_of_namespace(namespace) if namespace else "")
-        if tenant in p.fenced and (not namespace or namespace not in SYSTEM_NAMESPACES):
-            return _fenced(tenant)
+        refused = _refused_if_fenced(info, p, body_name=body_name)
+        if refused is not None:
+            return refused
     if key == NAMESPACES:
-        name = info.name or (body_name if info.verb == "create" else None)
-        if name:
-            owner = owner_of_namespaced(name, state, tenant=info.tenant)
-            return _forward(owner, space)
-        if info.verb == "create":
-            if body_name is None:
-                return Route(RouteKind.NEEDS_BODY)
-            return _forward(p.system_partition, space)
-        if info.verb in _UNION_VERBS:
-            return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
-        return _forward(p.system_partition, space)
+        return _namespace_route(info, state, space=space, body_name=body_name)
     if info.namespace:
         owner = owner_of_namespaced(info.namespace, state, tenant=info.tenant)
         if key == ("", "pods") and info.subresource in _VIA_KUBELET and info.name and p.config.kubelet is not None:
@@ -350,8 +369,45 @@ def decide(info: RequestInfo, state: RoutingState, *, body_name: str | None = No
         if info.tenant:  # Arktos: every namespace of one tenant lives in that tenant's TP
             return _forward(p.partition_of_tenant(info.tenant), space)
         return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
+    return None
 
-    # 4. Everything else. A TokenReview goes where its service-account token was issued (routing.tokens).
+
+def _refused_if_fenced(info: RequestInfo, p: Placement, *, body_name: str | None) -> Route | None:
+    """The 503 answer to a write of a namespaced object or of a namespace whose tenant is
+    being moved (`tenants.fenced`), None when the write may go. System namespaces are never
+    fenced."""
+    if (info.api_group, info.resource) == NAMESPACES:
+        namespace = info.namespace or (_object_name(info, body_name) or "")
+    else:
+        namespace = info.namespace
+    tenant = info.tenant or (p.tenant_of_namespace(namespace) if namespace else "")
+    if tenant in p.fenced and (not namespace or namespace not in SYSTEM_NAMESPACES):
+        return _fenced(tenant)
+    return None
+
+
+def _namespace_route(info: RequestInfo, state: RoutingState, *, space: tuple[str, ...], body_name: str | None) -> Route:
+    """Step 3 for namespaces themselves: the TP owning the namespace's tenant; a union of every
+    TP for a list or watch, each keeping the namespaces it owns."""
+    p = state.placement
+    name = _object_name(info, body_name)
+    if name:
+        return _forward(owner_of_namespaced(name, state, tenant=info.tenant), space)
+    if info.verb == "create":
+        if body_name is None:
+            return Route(RouteKind.NEEDS_BODY)
+        return _forward(p.system_partition, space)
+    if info.verb in _UNION_VERBS:
+        return Route(RouteKind.FAN_OUT, p.tenant_partitions, space, owner_filter=True)
+    return _forward(p.system_partition, space)
+
+
+def _system_route(info: RequestInfo, state: RoutingState, *, space: tuple[str, ...], token_namespace: str | None) -> Route:
+    """Step 4: the system partition, but a TokenReview goes where its service-account token was
+    issued (routing.tokens), and a write of a REPLICATED definition (or a read of one, or of its
+    status) also names the partitions that get copies (`Route.replicate_to`)."""
+    p = state.placement
+    key = (info.api_group, info.resource)
     if key == TOKEN_REVIEWS and info.verb == "create":
         if token_namespace is None:
             return Route(RouteKind.NEEDS_BODY)

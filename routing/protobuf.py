@@ -404,9 +404,7 @@ def _list_fields(api_version: str, kind: str) -> tuple[int, int]:
 _Pieces = list[bytes | memoryview]
 
 
-def _rewrite(
-    data: bytes, view: memoryview, start: int, end: int, layout: _Layout, fn: RVFn, ordered: bool
-) -> tuple[_Pieces, int] | None:
+def _rewrite(data: bytes, view: memoryview, start: int, end: int, layout: _Layout, fn: RVFn, ordered: bool) -> tuple[_Pieces, int] | None:
     """The new content of the message data[start:end] as (pieces, total bytes), or None when
     `fn` changes nothing in it. Unchanged spans are memoryview slices of `data`. `ordered`: the
     fields are in field-number order, so the walk ends after the last field of `layout`."""
@@ -428,19 +426,15 @@ def _rewrite(
                 raise ProtobufError(f"field {number}: length {length} past the end of its message")
             field_start, pos = pos, ve
             sub = get(number)
-            if sub is None:
-                if number > last:
-                    break  # ordered: no field of the layout comes after this one
-                continue
         else:
             number, wire, vs, ve = _field(data, pos, end)
             field_start, pos = pos, ve
-            sub = get(number)
-            if sub is None:
-                if number > last:
-                    break
-                continue
-            _expect_ld(number, wire)
+            if (sub := get(number)) is not None:
+                _expect_ld(number, wire)
+        if sub is None:
+            if number > last:
+                break  # ordered: no field of the layout comes after this one
+            continue
         if isinstance(sub, RVField):
             if vs == ve:  # empty: how Go writes an unset string
                 continue
@@ -466,12 +460,10 @@ def _rewrite(
         pieces.extend(inner)
         size += len(head) + inner_size
         copied = ve
-    if pieces is None:
-        return None
-    if end > copied:
+    if pieces is not None and end > copied:
         pieces.append(view[copied:end])
         size += end - copied
-    return pieces, size
+    return None if pieces is None else (pieces, size)
 
 
 def rewrite_rvs(

@@ -64,9 +64,9 @@ class RequestInfo(NamedTuple):
         return self.is_resource_request and not self.name
 
 
-def _watch_param(query: Mapping[str, str]) -> bool:
-    value = query.get("watch", "")
-    return bool(value) and value.lower() in _TRUE
+def _watch_param(watch: str) -> bool:
+    """Whether a `watch` query parameter asks for a watch ("true" or "1", any case)."""
+    return bool(watch) and watch.lower() in _TRUE
 
 
 def parse_request_info(method: str, path: str, query: Mapping[str, str]) -> RequestInfo:
@@ -83,39 +83,19 @@ _PARSED = 4096
 
 @functools.lru_cache(maxsize=_PARSED)
 def _parse(method: str, path: str, watch: str) -> RequestInfo:
-    query = {"watch": watch} if watch else {}
+    """`parse_request_info` of a request whose `watch` parameter is `watch` ("" when absent)."""
     method = method.upper()
-    partition = ""
-    rest = path
-    if rest.startswith("/partitions/"):
-        parts = rest.split("/", 3)  # "", "partitions", name, rest
-        partition = parts[2]
-        rest = "/" + parts[3] if len(parts) > 3 else "/"
-        if not partition:
-            return RequestInfo(method, path, False, partition="", malformed=True)
-
-    stripped = rest.strip("/")
-    segments = stripped.split("/") if stripped else []
-
-    if not segments or segments[0] not in _API_PREFIXES:
+    pinned = _partition_prefix(path)
+    if pinned is None:
+        return RequestInfo(method, path, False, partition="", malformed=True)
+    partition, rest = pinned
+    group_version = _group_version(rest)
+    if group_version is None:
         return RequestInfo(method, rest, False, partition=partition)
-    prefix = segments[0]
-    if prefix == "api":
-        if len(segments) < 3:  # /api, /api/v1: discovery
-            return RequestInfo(method, rest, False, partition=partition)
-        group, version, parts = "", segments[1], segments[2:]
-    else:
-        if len(segments) < 4:  # /apis, /apis/<g>, /apis/<g>/<v>: discovery
-            return RequestInfo(method, rest, False, partition=partition)
-        group, version, parts = segments[1], segments[2], segments[3:]
-
+    prefix, group, version, parts = group_version
     malformed = not version or (prefix == "apis" and not group)
 
-    verb = ""
-    if method in _READ_METHODS:
-        verb = "get"
-    else:
-        verb = _METHOD_VERBS.get(method, method.lower())
+    verb = "get" if method in _READ_METHODS else _METHOD_VERBS.get(method, method.lower())
     special = ""  # Arktos and Kubernetes put watch/ and proxy/ before tenants/ and namespaces/
     if parts and parts[0] in _SPECIAL_PREFIXES:
         special, parts = parts[0], parts[1:]
@@ -133,37 +113,16 @@ def _parse(method: str, path: str, watch: str) -> RequestInfo:
         head = [prefix] + ([group] if group else []) + [version] + ([special] if special else [])
         rest = "/" + "/".join(head + parts)
 
-    namespace = ""
-    if parts and parts[0] == "namespaces" and len(parts) > 1:
-        namespace = parts[1]
-        if len(parts) > 2 and parts[2] not in _NAMESPACE_SUBRESOURCES:
-            parts = parts[2:]
-
+    namespace, parts = _namespace_of(parts)
     # An empty namespace segment (`namespaces//pods`) means "all namespaces", as in
     # kube-apiserver; any other empty segment is a path no API serves.
     malformed = malformed or any(not s for s in parts)
-
-    resource = subresource = name = ""
-    if len(parts) >= 3 and verb not in _SPECIAL_VERBS_NO_SUBRESOURCES:
-        subresource = parts[2]
-    if len(parts) >= 2:
-        name = parts[1]
-    if len(parts) >= 1:
-        resource = parts[0]
-
-    if not name:
-        if verb == "get":
-            verb = "watch" if _watch_param(query) else "list"
-        elif verb == "delete":
-            verb = "deletecollection"
-    elif verb == "get" and _watch_param(query):
-        verb = "watch"  # GET of one object with ?watch=true (deprecated form)
-
+    resource, name, subresource = _resource_of(parts, verb)
     return RequestInfo(
         method=method,
         upstream_path=rest,
         is_resource_request=True,
-        verb=verb,
+        verb=_collection_verb(verb, name=name, watch=watch),
         api_prefix=prefix,
         api_group=group,
         api_version=version,
@@ -175,6 +134,69 @@ def _parse(method: str, path: str, watch: str) -> RequestInfo:
         tenant=tenant,
         malformed=malformed or not resource,
     )
+
+
+def _partition_prefix(path: str) -> tuple[str, str] | None:
+    """(partition, the rest of the path) of a path under the partition path prefix
+    `/partitions/<name>/`, ("", path) of any other path, None when the name is empty."""
+    if not path.startswith("/partitions/"):
+        return "", path
+    parts = path.split("/", 3)  # "", "partitions", name, rest
+    if not parts[2]:
+        return None
+    return parts[2], ("/" + parts[3] if len(parts) > 3 else "/")
+
+
+def _group_version(path: str) -> tuple[str, str, str, list[str]] | None:
+    """(API prefix "api" or "apis", group, version, the segments after them) of a resource
+    request's path; None for any other path: discovery (`/api`, `/api/v1`, `/apis`,
+    `/apis/<g>`, `/apis/<g>/<v>`), /version, /openapi, ... (requestinfo.go apiPrefixes)."""
+    stripped = path.strip("/")
+    segments = stripped.split("/") if stripped else []
+    if not segments or segments[0] not in _API_PREFIXES:
+        return None
+    if segments[0] == "api":
+        if len(segments) < 3:
+            return None
+        return "api", "", segments[1], segments[2:]
+    if len(segments) < 4:
+        return None
+    return "apis", segments[1], segments[2], segments[3:]
+
+
+def _namespace_of(parts: list[str]) -> tuple[str, list[str]]:
+    """(namespace, the segments after it) of the segments after the group version, the watch/
+    or proxy/ prefix and the Arktos tenant. `namespaces/<ns>` alone, and followed by one of
+    the namespace's own subresources (status, finalize), is the namespace object itself: its
+    segments are kept whole (requestinfo.go)."""
+    if not parts or parts[0] != "namespaces" or len(parts) <= 1:
+        return "", parts
+    if len(parts) > 2 and parts[2] not in _NAMESPACE_SUBRESOURCES:
+        return parts[1], parts[2:]
+    return parts[1], parts
+
+
+def _resource_of(parts: list[str], verb: str) -> tuple[str, str, str]:
+    """(resource, name, subresource) of `<resource>[/<name>[/<subresource>]]`; "" for each
+    absent. A proxy request has no subresource (requestinfo.go specialVerbsNoSubresources)."""
+    resource = parts[0] if len(parts) >= 1 else ""
+    name = parts[1] if len(parts) >= 2 else ""
+    subresource = parts[2] if len(parts) >= 3 and verb not in _SPECIAL_VERBS_NO_SUBRESOURCES else ""
+    return resource, name, subresource
+
+
+def _collection_verb(verb: str, *, name: str, watch: str) -> str:
+    """The verb of a request without a name in its path: a GET is a list, or a watch with
+    `?watch=true`; a DELETE is a deletecollection. A GET of one object with `?watch=true` (the
+    deprecated form) is a watch too. Any other request keeps `verb`."""
+    if not name:
+        if verb == "get":
+            return "watch" if _watch_param(watch) else "list"
+        if verb == "delete":
+            return "deletecollection"
+    elif verb == "get" and _watch_param(watch):
+        return "watch"
+    return verb
 
 
 def is_long_running(info: RequestInfo, query: Mapping[str, str]) -> bool:
