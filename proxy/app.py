@@ -1,9 +1,10 @@
 """Assembly and lifecycle of a running proxy: every part built from the config, every background
 task started in one place and given an owner, the listener, and a graceful stop.
 
-    ProxyApp.start(config)  open a PartitionClient per partition, learn the namespaced resources
-                            from the system partition's discovery, start the resourceVersion table
-                            loop and a reflector per (cache, partition) once the table is loaded
+    ProxyApp.start(config)  build the cache set (proxy.cache.cache_set), open a PartitionClient
+                            per partition, learn the namespaced resources from the system
+                            partition's discovery, start the resourceVersion table loop and the
+                            cache set (a reflector per cache and partition once the table is loaded)
     app.reconfigure(change) a new partition set, without a restart (proxy.partition_set)
     app.listen(...)         serve the pipeline on a TCP port (TLS; HTTP/2 or HTTP/1.1 by ALPN)
     app.stop(grace)         stop accepting, end every open stream cleanly (clients re-watch on
@@ -21,20 +22,19 @@ import contextlib
 import dataclasses
 import logging
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
 from config import ConfigError
 from config.changes import RuntimeChange
-from config.models import PartitionRole, ProxyConfig
+from config.models import ProxyConfig
 from proxy.authn import Authenticator
 from proxy.authz import Authorizer
-from proxy.cache.formats import PROTOBUF_FORMAT
-from proxy.cache.reflector import Reflector
-from proxy.cache.watch_cache import WatchCache
+from proxy.cache.cache_set import CacheSet, ConfiguredCache
+from proxy.cache.cache_set import build_caches as build_cache_entries
 from proxy.clients.partition import PartitionClient, open_partition
-from proxy.context import ProxyContext
+from proxy.context import InForce, ProxyContext
 from proxy.definitions_sync import follow_definitions
 from proxy.discovery import DISCOVERY_REFRESH_SECONDS, namespaced_resources
 from proxy.fronts.http1 import Http1Front
@@ -49,11 +49,9 @@ from proxy.partition_set import PartitionSet
 from proxy.pipeline.chain import Pipeline
 from proxy.rv_epochs import ResourceVersions, TableUnavailable
 from proxy.watch_limits import WatchLimiter
-from routing import protobuf_items
-from routing.decide import RoutingState, owner_by_key
+from routing.decide import RoutingState
 from routing.placement import Placement
 from routing.tokens import service_account_namespace
-from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
 
 log = logging.getLogger("partition_proxy")
 
@@ -81,68 +79,36 @@ _DISCOVERY_FOLLOW_UP_ROUNDS = 10
 
 
 def build_caches(config: ProxyConfig, rv: ResourceVersions | None = None,
-                 routing: Callable[[], RoutingState] | None = None) -> tuple[list[WatchCache], dict[str, str]]:
-    """The configured watch caches and the node index the node cache keeps. `routing` gives
-    the routing state in force (tenant caches drop the copies of namespaces a partition does not
-    own); by default the config's. Raises ConfigError naming the field when a cache's selector
-    does not parse."""
-    rv = rv or build_resource_versions(config)
-    node_index: dict[str, str] = {}
-    if routing is None:
-        state = RoutingState(Placement.from_config(config), frozenset())
-        routing = lambda: state  # noqa: E731
-
-    def on_node(name: str, partition: str | None) -> None:
-        if partition is None:
-            node_index.pop(name, None)
-        else:
-            node_index[name] = partition
-
-    caches = []
-    for i, spec in enumerate(config.caches):
-        try:
-            label_selector = parse_label_selector(spec.label_selector)
-        except SelectorError as exc:
-            raise ConfigError(f"caches.{i}.label_selector: {exc}") from None
-        try:
-            field_selector = parse_field_selector(spec.field_selector)
-        except SelectorError as exc:
-            raise ConfigError(f"caches.{i}.field_selector: {exc}") from None
-        is_nodes = (spec.group, spec.resource) == ("", "nodes")
-        by_name = (spec.group, spec.resource) == ("", "namespaces")
-        keep = owner_by_key(by_name, routing) if spec.role is PartitionRole.TENANT else None
-        codec = rv.codec(config.names(spec.role))
-        cache = WatchCache(spec=spec, codec=codec, label_selector=label_selector, field_selector=field_selector,
-                           on_node=on_node if is_nodes else None, keep=keep)
-        if spec.protobuf and protobuf_items.readable(spec.group, spec.resource):
-            twin_spec = spec.model_copy(update={"name": f"{spec.name}-protobuf"})
-            cache.protobuf = WatchCache(spec=twin_spec, codec=codec, label_selector=label_selector,
-                                        field_selector=field_selector, keep=keep, format=PROTOBUF_FORMAT)
-        caches.append(cache)
-    return caches, node_index
+                 routing: Callable[[], RoutingState] | None = None) -> tuple[list[ConfiguredCache], dict[str, str]]:
+    """The configured watch caches and the node index (proxy.cache.cache_set.build_caches) over
+    the RV spaces of `rv`, by default the config's; `proxy.cli` checks a config with it before
+    any I/O. Raises ConfigError naming the field when a cache's selector does not parse."""
+    return build_cache_entries(config, codecs=rv or build_resource_versions(config), routing=routing)
 
 
-def _token_reviewer(holder: list[ProxyContext], partition: str | None, token: str) -> PartitionClient | None:
+def _token_reviewer(token: str, *, in_force: InForce, clients: Mapping[str, PartitionClient],
+                    partition: str | None) -> PartitionClient | None:
     """The client of the partition that reviews `token` for the proxy's own authentication:
-    with `auth.token_review_partition` set, the tenant partition owning the namespace a
-    service-account token names (routing.tokens), else that partition; None when unset."""
+    with `auth.token_review_partition` set (`partition`), the tenant partition owning the
+    namespace a service-account token names (routing.tokens), else that partition; None when
+    unset."""
     if partition is None:
         return None
-    ctx = holder[0]
     namespace = service_account_namespace(token)
-    owner = ctx.routing.placement.partition_of_namespace(namespace) if namespace else partition
-    return ctx.clients.get(owner) or ctx.clients.get(partition)
+    owner = in_force.routing.placement.partition_of_namespace(namespace) if namespace else partition
+    return clients.get(owner) or clients.get(partition)
 
 
 class ProxyApp:
-    """A running proxy (see the module docstring). `tasks` are its background tasks by name."""
+    """A running proxy (see the module docstring). `tasks` are its background tasks by name
+    (the reflectors are the cache set's: `ctx.cache_set`). With `config_path`, the partition set
+    follows that file (`partition_set`)."""
 
-    partition_set: PartitionSet
-
-    def __init__(self, ctx: ProxyContext) -> None:
+    def __init__(self, ctx: ProxyContext, *, config_path: Path | None = None) -> None:
         self.ctx = ctx
         self.definitions_wake = asyncio.Event()  # a TP joined: copy the replicated definitions to it now
-        self.pipeline = Pipeline(ctx)
+        self.partition_set = PartitionSet(ctx.config, config_path, ctx.metrics, self.reconfigure)
+        self.pipeline = Pipeline(ctx, debug_partitions=self.partition_set.debug)
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[asyncio.Server] = []
         self.listener = self._listener()
@@ -166,8 +132,9 @@ class ProxyApp:
         OSError/ValueError (an unusable kubeconfig), UpstreamError or ValueError (the system
         partition's discovery cannot be read)."""
         rv = build_resource_versions(config)
-        holder: list[ProxyContext] = []
-        caches, node_index = build_caches(config, rv, routing=lambda: holder[0].routing)
+        # the routing state of the config until discovery was read (no reflector runs before)
+        in_force = InForce(config, RoutingState(Placement.from_config(config), frozenset()))
+        cache_set = CacheSet.from_config(config, codecs=rv, routing=lambda: in_force.routing)
         clients: dict[str, PartitionClient] = {}
         try:
             for p in config.partitions:
@@ -178,26 +145,22 @@ class ProxyApp:
             for client in clients.values():
                 await client.close()
             raise
-        review = config.auth.token_review_partition
+        in_force.routing = RoutingState(Placement.from_config(config), namespaced, cache_set.node_index)
+        reviewer = functools.partial(_token_reviewer, in_force=in_force, clients=clients, partition=config.auth.token_review_partition)
         ctx = ProxyContext(
-            config=config,
-            routing=RoutingState(Placement.from_config(config), namespaced, node_index),
+            in_force=in_force,
             clients=clients,
             metrics=Metrics.create(workers_dir=os.environ.get(METRICS_DIR_ENV) or None),
-            caches=caches,
-            authn=Authenticator(config.auth, functools.partial(_token_reviewer, holder, review)),
+            cache_set=cache_set,
+            authn=Authenticator(config.auth, reviewer),
             authz=Authorizer(config.auth, clients),
             watches=WatchLimiter(config.limits.max_watches_per_identity),
             overload=InflightLimiter(config.failure),
             rv=rv,
+            kubelet=KubeletClient(config.kubelet, config.upstream) if config.kubelet is not None else None,
         )
-        if config.kubelet is not None:
-            ctx.kubelet = KubeletClient(config.kubelet, config.upstream)
-        holder.append(ctx)
         rv.bind(clients)
-        app = cls(ctx)
-        app.partition_set = PartitionSet(config, config_path, ctx.metrics, app.reconfigure)
-        ctx.debug_partitions = app.partition_set.debug
+        app = cls(ctx, config_path=config_path)
         app._spawn("resource-version-table", rv.run())
         app._spawn("partition-set", app.partition_set.run())
         app._spawn("discovery", app._follow_discovery())
@@ -206,11 +169,9 @@ class ProxyApp:
         app._spawn("gc-sweep-frozen", sweep_frozen())
         ctx.metrics.read_at_scrape(functools.partial(_read_health, ctx))
         if ctx.metrics.workers_dir is not None:  # one of several workers: the others ask it at scrape time
-            app._servers.append(await metrics_workers.serve(ctx.metrics, ctx.all_caches, ctx.metrics.workers_dir))
-        ctx.fill_protobuf_cache = app._fill_protobuf_cache
-        for cache in caches:
-            app._fill(cache)
-        log.info("serving %d partitions, %d namespaced resources, %d caches", len(clients), len(namespaced), len(caches))
+            app._servers.append(await metrics_workers.serve(ctx.metrics, cache_set.all_caches, ctx.metrics.workers_dir))
+        cache_set.start(clients, ready=rv.ready)
+        log.info("serving %d partitions, %d namespaced resources, %d caches", len(clients), len(namespaced), len(cache_set.caches))
         return app
 
     async def _follow_discovery(self) -> None:
@@ -243,28 +204,9 @@ class ProxyApp:
                 union |= f
         if frozenset(union) == ctx.routing.namespaced:
             return False
-        ctx.routing = dataclasses.replace(ctx.routing, namespaced=frozenset(union))
+        ctx.in_force.routing = dataclasses.replace(ctx.routing, namespaced=frozenset(union))
         log.info("discovery: %d namespaced resources", len(union))
         return True
-
-    def _fill(self, cache: WatchCache) -> None:
-        """Start a reflector per live partition of the cache."""
-        cache.start_filling()
-        for partition in cache.space:
-            if partition in self.ctx.clients and partition not in cache.codec.retired:
-                self._start_reflector(cache, partition)
-
-    def _fill_protobuf_cache(self, cache: WatchCache) -> None:
-        """The first client that asks protobuf first of `cache`: fill its protobuf twin from now
-        on (twice the cache's memory and upstream watches, paid only where such clients are)."""
-        twin = cache.protobuf
-        if twin is not None and not twin.filling:
-            log.info("watch cache %s: a client asks protobuf, filling %s", cache.spec.name, twin.spec.name)
-            self._fill(twin)
-
-    def _start_reflector(self, cache: WatchCache, partition: str) -> None:
-        reflector = Reflector(cache=cache, client=self.ctx.clients[partition])
-        self._spawn(f"reflector:{cache.spec.name}:{partition}", _after(self.ctx.rv.ready, reflector.run))
 
     async def reconfigure(self, change: RuntimeChange) -> None:
         """Serve the partition set of `change.config` from now on, without a restart
@@ -272,7 +214,7 @@ class ProxyApp:
         RV spaces their codecs and wait until the shared table has an epoch of each (the first
         RV a joined partition's event gets must decode on every replica); stop the reflectors of
         retired partitions; then, in one loop turn (atomic for every request and watch of this
-        process), replace the routing state, rebase the watch caches (joined partitions'
+        process), replace the routing state, rebase the cache set (joined partitions'
         reflectors start: their objects reach open cache watchers as ADDED; retired ones'
         objects leave as DELETED) and tell open union watches; last, close retired clients
         (after RETIRED_CLIENT_GRACE_SECONDS: union watches list through them what left).
@@ -298,22 +240,11 @@ class ProxyApp:
                 await client.close()
             ctx.rv.configure(previous)
             raise ConfigError(f"partition set: {exc}") from None
-        for cache in ctx.all_caches():
-            for partition in change.retired:
-                task = self.tasks.pop(f"reflector:{cache.spec.name}:{partition}", None)
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+        await ctx.cache_set.stop_reflectors(change.retired)
         # From here to the listeners: no await (one loop turn).
-        ctx.config = config
-        ctx.routing = RoutingState(Placement.from_config(config), ctx.routing.namespaced, ctx.routing.node_index)
-        twins = [c.protobuf for c in ctx.caches if c.protobuf is not None]  # filled or not: same RV space
-        for cache in [*ctx.caches, *twins]:
-            for partition in cache.rebase(ctx.rv.codec(config.names(cache.spec.role))):
-                if cache.filling:
-                    self._start_reflector(cache, partition)
-        ctx.cache_specs = [c.policy_spec() for c in ctx.caches]
+        ctx.in_force.config = config
+        ctx.in_force.routing = RoutingState(Placement.from_config(config), ctx.routing.namespaced, ctx.routing.node_index)
+        ctx.cache_set.rebase(config, ctx.rv)
         ctx.partition_set_changed()
         if any(name in ctx.routing.placement.tenant_partitions for name in change.joined):
             self.definitions_wake.set()
@@ -356,10 +287,11 @@ class ProxyApp:
         """Stop as the module docstring says; safe to call once the listener failed too."""
         for server in self._servers:
             server.close()
-        self.ctx.end_streams()
+        self.ctx.streams.end_all()
         await self.listener.shutdown(grace)
         for server in self._servers:
             await server.wait_closed()
+        await self.ctx.cache_set.stop()
         for task in self.tasks.values():
             task.cancel()
         for task in self.tasks.values():
@@ -378,12 +310,6 @@ def _read_health(ctx: ProxyContext, metrics: Metrics) -> None:
         metrics.partition_available.labels(name).set(0 if client.is_marked_down else 1)
     read_at = ctx.rv.read_at
     metrics.table_age.set(time.monotonic() - read_at if read_at else float("inf"))
-
-
-async def _after(ready: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Run `work()` once `ready` is set (reflectors stamp events with RVs of the epoch table)."""
-    await ready.wait()
-    await work()
 
 
 async def _close_after(client: PartitionClient, delay: float) -> None:

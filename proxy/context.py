@@ -1,24 +1,32 @@
 """What every request handler needs, assembled once at start-up by `proxy.app` (no module-level
-singletons)."""
+singletons).
+
+`ProxyContext` is frozen: its parts are fixed for the life of the process. What changes while
+it runs is held by parts that are mutable on purpose, each saying why: the partition set in
+force (`InForce`: a partition-set change and a discovery refresh replace it), the partition
+clients (partitions join and retire), the open streams (`OpenStreams`: registered as they open,
+ended on SIGTERM), the listeners of partition-set changes and the definitions-changed event.
+The watch caches, their protobuf twins and reflectors are the cache set's
+(`proxy.cache.cache_set.CacheSet`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from config.models import ProxyConfig
 from proxy.authn import Authenticator
 from proxy.authz import Authorizer
-from proxy.cache.watch_cache import WatchCache
+from proxy.cache.cache_set import CacheSet
 from proxy.clients.partition import PartitionClient
-from proxy.watch_limits import WatchLimiter
 from proxy.metrics import Metrics
 from proxy.overload import InflightLimiter
 from proxy.rv_epochs import ResourceVersions
-from routing.cache_policy import CacheSpec
+from proxy.watch_limits import WatchLimiter
 from routing.decide import RoutingState
 
 if TYPE_CHECKING:  # proxy.handlers.kubelet needs this module
@@ -26,49 +34,83 @@ if TYPE_CHECKING:  # proxy.handlers.kubelet needs this module
 
 
 @dataclass(slots=True)
-class ProxyContext:
+class InForce:
+    """The partition set in force and the routing state made of it. Mutable on purpose: a
+    partition-set change (`ProxyApp.reconfigure`) and a discovery refresh replace these, each in
+    one loop turn, and every request reads the one in force when it is routed."""
+
     config: ProxyConfig
     routing: RoutingState
-    clients: dict[str, PartitionClient]  # one per partition, by name
+
+
+class OpenStreams:
+    """Closers of open streams, called on SIGTERM so each ends cleanly and its client re-watches
+    on another replica (the failure semantics in README.md). Mutable on purpose: streams come
+    and go, and a shutdown is a state every later stream must see."""
+
+    __slots__ = ("closers", "shutting_down")
+
+    def __init__(self) -> None:
+        self.closers: set[Callable[[], None]] = set()
+        self.shutting_down = False
+
+    @contextmanager
+    def stream(self, closer: Callable[[], None]) -> Iterator[None]:
+        """Register an open stream's closer for the duration of the block (called at once
+        when the proxy is already shutting down)."""
+        if self.shutting_down:
+            closer()
+        self.closers.add(closer)
+        try:
+            yield
+        finally:
+            self.closers.discard(closer)
+
+    def end_all(self) -> None:
+        """Ask every open stream to end now (plain def: runs atomically)."""
+        self.shutting_down = True
+        for closer in tuple(self.closers):
+            closer()
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyContext:
+    """What handlers need (the module docstring); `config` and `routing` read the ones in force."""
+
+    in_force: InForce
+    # one per live partition, by name; mutated in place (never replaced) when partitions join
+    # or retire (ProxyApp.reconfigure), so every holder sees the clients in force
+    clients: dict[str, PartitionClient]
     metrics: Metrics
-    caches: list[WatchCache]
+    cache_set: CacheSet  # the watch caches, their protobuf twins, reflectors and the node index
     authn: Authenticator
     authz: Authorizer
     watches: WatchLimiter
     overload: InflightLimiter
     rv: ResourceVersions  # the codec of each RV space and the shared epoch table
-    # what routing.cache_policy needs of each cache, in the order of `caches` (fixed at start-up)
-    cache_specs: list[CacheSpec] = field(default_factory=list)
-    # closers of open streams, called on SIGTERM so each ends cleanly and its client re-watches
-    # on another replica (the failure semantics in README.md)
-    streams: set[Callable[[], None]] = field(default_factory=set)
-    shutting_down: bool = False
+    # the proxy's client for kubelets (config `kubelet`), None when not configured
+    kubelet: KubeletClient | None = None
+    streams: OpenStreams = field(default_factory=OpenStreams)  # mutable on purpose: see OpenStreams
     # called (plain defs, in one loop turn) after the partition set changed: open union
-    # watches take partitions that joined and end on ones that retired (proxy.partition_set)
+    # watches take partitions that joined and end on ones that retired (proxy.partition_set);
+    # a mutable set: union watches register for their lifetime
     partition_set_listeners: set[Callable[[], None]] = field(default_factory=set)
     # set after a definition (a CRD) is written through the proxy: discovery is read again soon
     definitions_changed: asyncio.Event = field(default_factory=asyncio.Event)
-    # the proxy's client for kubelets (config `kubelet`), None when not configured
-    kubelet: KubeletClient | None = None
-    # start filling a cache's protobuf twin (idempotent), set by proxy.app
-    fill_protobuf_cache: Callable[[WatchCache], None] | None = None
-    # what /debug/partitions shows (proxy.partition_set.PartitionSet.debug), set by proxy.app
-    debug_partitions: Callable[[], dict[str, Any]] | None = None
 
-    def __post_init__(self) -> None:
-        if not self.cache_specs:
-            self.cache_specs = [c.policy_spec() for c in self.caches]
+    @property
+    def config(self) -> ProxyConfig:
+        """The config in force (`InForce`)."""
+        return self.in_force.config
 
-    @contextmanager
-    def stream(self, closer: Callable[[], None]) -> Iterator[None]:
-        """Register an open stream's closer for the duration of the block."""
-        if self.shutting_down:
-            closer()
-        self.streams.add(closer)
-        try:
-            yield
-        finally:
-            self.streams.discard(closer)
+    @property
+    def routing(self) -> RoutingState:
+        """The routing state in force (`InForce`)."""
+        return self.in_force.routing
+
+    def stream(self, closer: Callable[[], None]) -> AbstractContextManager[None]:
+        """Register an open stream's closer for the duration of the block (`OpenStreams.stream`)."""
+        return self.streams.stream(closer)
 
     @contextmanager
     def partition_set_listener(self, listener: Callable[[], None]) -> Iterator[None]:
@@ -83,17 +125,3 @@ class ProxyContext:
         """Call every listener (plain def: atomic with the change that preceded it)."""
         for listener in tuple(self.partition_set_listeners):
             listener()
-
-    def end_streams(self) -> None:
-        """Ask every open stream to end now (plain def: runs atomically)."""
-        self.shutting_down = True
-        for closer in tuple(self.streams):
-            closer()
-
-    def all_caches(self) -> list[WatchCache]:
-        """The configured caches and the protobuf twins being filled (metrics, /debug/caches)."""
-        return [*self.caches, *(c.protobuf for c in self.caches if c.protobuf is not None and c.protobuf.filling)]
-
-    @property
-    def caches_synced(self) -> bool:
-        return all(c.is_synced for c in self.caches)

@@ -1,3 +1,5 @@
-"""Watch caches: `reflector` lists and watches one partition into a `watch_cache`,
-which keeps objects as bytes and fans events out to `cache_watcher`s; `serve` answers lists
-and watches from it when the request's selectors and resourceVersion allow."""
+"""Watch caches. `cache_set` builds every configured cache (and its protobuf twin), starts a
+`reflector` per partition that lists and watches it into a `watch_cache`: a `store` (objects,
+indexes, the ring of recent events) whose events a `dispatcher` fans out to `cache_watcher`s.
+`formats` reads and writes JSON or protobuf; `serve` answers lists and watches from a cache when
+the request's selectors and resourceVersion allow (layers: pyproject.toml's "cache layers")."""

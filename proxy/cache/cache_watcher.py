@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Callable
 
 from proxy.cache.formats import JSON, ObjectFormat
-from proxy.cache.watch_cache import CachedEvent
+from proxy.cache.store import CachedEvent
 from routing import rv as rvcodec
 from routing.selectors import FieldSelector, LabelSelector
 

@@ -1,9 +1,19 @@
-"""How a watch cache stores and writes objects: JSON (every cache) or protobuf (a cache's
-protobuf twin, for clients that ask protobuf first, as kubelets and every client-go component
-do). Each format turns what a reflector decoded into a `CachedObject` once, and builds the
-bytes the cache serves around stored objects: watch events, bookmarks, 410 ERROR events and
-lists. kube-apiserver answers a client in the first media type of its Accept header that it
-can serve (apiserver pkg/endpoints/handlers/negotiation); the twin lets the cache do the same.
+"""How a watch cache stores and writes objects, and how a reflector reads them: JSON (every
+cache) or protobuf (a cache's protobuf twin, for clients that ask protobuf first, as kubelets and
+every client-go component do). kube-apiserver answers a client in the first media type of its
+Accept header that it can serve (apiserver pkg/endpoints/handlers/negotiation); the twin lets the
+cache do the same.
+
+Each format owns both directions of its wire:
+
+- reading a partition (`proxy.cache.reflector`, which knows no wire format, as client-go's
+  Reflector does not): the Accept header of a LIST and of a WATCH (`content_type`,
+  `watch_content_type`), a LIST page's bytes decoded into a `ListPage` (`decode_list`), one
+  watch event's bytes (a JSON line, or a protobuf frame's payload) into an `UpstreamEvent`
+  (`decode_event`);
+- keeping and serving (`proxy.cache.store`, `proxy.cache.serve`): what a reflector decoded
+  turned into a `CachedObject` once (`meta`, `record`), and the bytes the cache serves around
+  stored objects: watch events, bookmarks, 410 ERROR events and lists.
 
 JSON objects arrive decoded (dicts); protobuf objects arrive as their message bytes (a list
 item, or a watch event's envelope `raw`) and are kept enveloped (`k8s\\0` + Unknown), as a GET
@@ -41,6 +51,33 @@ class CachedObject:
     raw: bytes  # the object as served (compact JSON, or enveloped protobuf), RVs in object form (routing.rv)
 
 
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a partition's LIST, decoded: the list's kind (`NodeList`) and apiVersion,
+    its native resourceVersion, the continue token ("" on the last page) and the items as the
+    format's `record` takes them (dicts, or protobuf messages)."""
+
+    kind: str
+    api_version: str
+    resource_version: str
+    continue_token: str
+    items: Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamEvent:
+    """One watch event of a partition, decoded (client-go's watch.Event). `type` ADDED, MODIFIED
+    or DELETED: `object` as the format's `record` takes it; BOOKMARK: `resource_version`, the
+    native RV the partition reached (digits, else not a position); ERROR: the Status's `code`
+    (410: the RV is gone, relist) and `message`."""
+
+    type: str
+    object: Any = None
+    resource_version: str = ""
+    code: int = 0
+    message: str = ""
+
+
 def exact_bytes(data: bytes) -> bytes:
     """A copy of `data` in an object of exactly its size. orjson returns its output buffer
     over-allocated (tracemalloc: ~8 KiB held for a 2.3 KiB node), which a cache that keeps the
@@ -68,6 +105,25 @@ class JsonFormat:
     name = "json"
     content_type = "application/json"
     watch_content_type = "application/json"
+
+    def decode_list(self, body: bytes) -> ListPage:
+        """A LIST page's JSON body. Raises ValueError (not JSON), KeyError (no
+        metadata.resourceVersion)."""
+        doc = orjson.loads(body)
+        meta = doc.get("metadata") or {}
+        items = doc.get("items") or []
+        return ListPage(doc.get("kind", ""), doc.get("apiVersion", ""), meta["resourceVersion"], meta.get("continue", ""), items)
+
+    def decode_event(self, line: bytes) -> UpstreamEvent:
+        """One WatchEvent line. Raises ValueError (not JSON)."""
+        event: Any = orjson.loads(line)
+        kind: Any = event.get("type")
+        obj: Any = event.get("object") or {}
+        if kind == "ERROR":
+            return UpstreamEvent(kind, code=obj.get("code"), message=f"{obj.get('message')}")
+        if kind == "BOOKMARK":
+            return UpstreamEvent(kind, resource_version=(obj.get("metadata") or {}).get("resourceVersion", ""))
+        return UpstreamEvent(kind, object=obj)
 
     def meta(self, obj: dict[str, Any]) -> tuple[str, str, int]:
         """(namespace, name, native RV) of a decoded object: what the cache keys, orders and
@@ -131,6 +187,22 @@ class ProtobufFormat:
     name = "protobuf"
     content_type = PROTOBUF
     watch_content_type = f"{PROTOBUF};stream=watch"
+
+    def decode_list(self, body: bytes) -> ListPage:
+        """A LIST page's protobuf body (routing.protobuf). Raises ProtobufError."""
+        env, list_meta, items = pb.list_items(body)
+        return ListPage(env.kind, env.api_version, pb.list_meta_rv(list_meta), pb.list_meta_continue(list_meta), items)
+
+    def decode_event(self, frame: bytes) -> UpstreamEvent:
+        """One watch frame's payload (routing.protobuf). Raises ProtobufError for a frame that is
+        not one (a partition that answered JSON to a protobuf watch included)."""
+        event = pb.decode_watch_event(frame)
+        if event.type == "ERROR":
+            status = pb.status_fields(event.object)
+            return UpstreamEvent(event.type, code=status.code, message=status.message)
+        if event.type == "BOOKMARK":
+            return UpstreamEvent(event.type, resource_version=pb.object_rv(event.object))
+        return UpstreamEvent(event.type, object=pb.decode_envelope(event.object).raw)
 
     def meta(self, item: bytes) -> tuple[str, str, int]:
         found = pb.item_meta(item)

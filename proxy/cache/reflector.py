@@ -9,9 +9,11 @@ and drops one silent past the inactivity timeout. A 410 (`Expired`/`Gone`, as an
 an ERROR event) relists, and the watch cache turns the difference into synthetic events.
 Failures back off with jitter.
 
-The reflector talks to its partition with the proxy's own credential, not a client's, in the
-cache's format: JSON, or protobuf for a cache's protobuf twin (objects are handed to the cache
-as their message bytes).
+The reflector talks to its partition with the proxy's own credential, not a client's. Like
+client-go's Reflector it knows no wire format and no cache: it writes to a `Store` (a watch
+cache, `proxy.cache.watch_cache.WatchCache`), whose format (`proxy.cache.formats`: JSON, or
+protobuf for a cache's protobuf twin) names the media types it asks for and decodes what the
+partition answers. Which reflectors run, and when, is `proxy.cache.cache_set`'s.
 """
 
 from __future__ import annotations
@@ -21,19 +23,15 @@ import ctypes
 import gc
 import logging
 import random
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
-import orjson
-
-from proxy.cache.formats import ProtobufFormat
-from proxy.cache.watch_cache import WatchCache
+from config.models import CacheConfig
+from proxy.cache.formats import ListPage, ObjectFormat
 from proxy.clients.errors import APIExpired, PartitionMarkedDown, UpstreamError, api_error
 from proxy.clients.partition import PartitionClient
 from proxy.clients.watch import Backoff, WatchStream
-from routing import protobuf as pb
-from routing.translate import PROTOBUF
 
 log = logging.getLogger("partition_proxy.reflector")
 
@@ -65,126 +63,125 @@ class RelistNeeded(Exception):
     """The partition no longer has the RV the reflector would resume from (410)."""
 
 
-def _path(cache: WatchCache) -> str:
-    spec = cache.spec
+class Store(Protocol):
+    """What a reflector writes to (client-go's `Reflector.store`): one watch cache
+    (proxy.cache.watch_cache.WatchCache). `spec` names the resource and selectors to list and
+    watch, `format` the wire (proxy.cache.formats); `position` is the native RV the partition
+    has reached, where a watch resumes. Plain defs: each change is atomic (STYLE §8)."""
+
+    @property
+    def spec(self) -> CacheConfig: ...  # pragma: no cover
+    @property
+    def format(self) -> ObjectFormat: ...  # pragma: no cover
+    def position(self, partition: str) -> int: ...  # pragma: no cover
+    def begin_list(self, partition: str, *, kind: str, api_version: str) -> None: ...  # pragma: no cover
+    def list_page(self, partition: str, items: Iterable[Any]) -> None: ...  # pragma: no cover
+    def end_list(self, partition: str, list_rv: int) -> None: ...  # pragma: no cover
+    def apply(self, partition: str, kind: str, obj: Any) -> None: ...  # pragma: no cover
+    def bookmark(self, partition: str, native: int) -> None: ...  # pragma: no cover
+
+
+def _path(spec: CacheConfig) -> str:
     base = f"/api/{spec.version}" if not spec.group else f"/apis/{spec.group}/{spec.version}"
     namespace = f"/namespaces/{spec.namespace}" if spec.namespace else ""
     return f"{base}{namespace}/{spec.resource}"
 
 
-def _selectors(cache: WatchCache) -> dict[str, str]:
+def _selectors(spec: CacheConfig) -> dict[str, str]:
     query = {}
-    if cache.spec.label_selector:
-        query["labelSelector"] = cache.spec.label_selector
-    if cache.spec.field_selector:
-        query["fieldSelector"] = cache.spec.field_selector
+    if spec.label_selector:
+        query["labelSelector"] = spec.label_selector
+    if spec.field_selector:
+        query["fieldSelector"] = spec.field_selector
     return query
 
 
 class Reflector:
-    def __init__(self, *, cache: WatchCache, client: PartitionClient) -> None:
-        self.cache = cache
-        self._protobuf = isinstance(cache.format, ProtobufFormat)
+    """Keeps `partition`'s share of `store` in sync through `client` (the module docstring)."""
+
+    def __init__(self, *, store: Store, client: PartitionClient) -> None:
+        self.store = store
         self.client = client
         self.partition = client.name
-        self.slot = cache.space.index(client.name)
 
     async def list(self) -> None:
-        """LIST page by page (limit=500, as client-go's pager) into the cache, so a partition's
+        """LIST page by page (limit=500, as client-go's pager) into the store, so a partition's
         objects are never all decoded at once. Raises UpstreamError (APIExpired when a later
         page's snapshot was compacted away: the caller starts again), ProtobufError."""
         started = False
         token = ""
         list_rv = 0
         while True:
-            query = {**_selectors(self.cache), "limit": str(LIST_PAGE)}
+            query = {**_selectors(self.store.spec), "limit": str(LIST_PAGE)}
             if token:
                 query["continue"] = token
-            kind, api_version, rv, token, items = await self._page(urlencode(query))
+            page = await self._page(urlencode(query))
             if not started:
-                self.cache.begin_list(self.partition, kind=kind, api_version=api_version)
-                list_rv = int(rv)
+                self.store.begin_list(self.partition, kind=page.kind, api_version=page.api_version)
+                list_rv = int(page.resource_version)
                 started = True
-            self.cache.list_page(self.partition, items)
-            del items
+            self.store.list_page(self.partition, page.items)
+            token = page.continue_token
+            del page
             if not token:
                 break
-        self.cache.end_list(self.partition, list_rv)
+        self.store.end_list(self.partition, list_rv)
         release_freed_memory()
 
-    async def _page(self, query: str) -> tuple[str, str, str, str, Sequence[Any]]:
-        """(list kind, apiVersion, list RV, continue token, items) of one LIST page; items as
-        the cache's format takes them."""
-        if not self._protobuf:
-            doc = await self.client.get_json(_path(self.cache), query)
-            meta = doc.get("metadata") or {}
-            items = doc.get("items") or []
-            return doc.get("kind", ""), doc.get("apiVersion", ""), meta["resourceVersion"], meta.get("continue", ""), items
-        async with self.client.request("GET", _path(self.cache), query=query, headers={"Accept": PROTOBUF}) as answer:
+    async def _page(self, query: str) -> ListPage:
+        """One LIST page, decoded by the store's format. Raises UpstreamError (the partition's
+        APIError for a non-2xx answer), ValueError, KeyError (not a list)."""
+        fmt = self.store.format
+        async with self.client.request("GET", _path(self.store.spec), query=query, headers={"Accept": fmt.content_type}) as answer:
             body = await answer.read()
             if answer.status >= 300:
                 raise api_error(self.partition, answer.status, body)
-        env, list_meta, items = pb.list_items(body)
-        return env.kind, env.api_version, pb.list_meta_rv(list_meta), pb.list_meta_continue(list_meta), items
+        return fmt.decode_list(body)
 
     def _watch_query(self) -> str:
         return urlencode({
-            **_selectors(self.cache),
+            **_selectors(self.store.spec),
             "watch": "true",
             "allowWatchBookmarks": "true",
-            "resourceVersion": str(self.cache.vector[self.slot]),
+            "resourceVersion": str(self.store.position(self.partition)),
             "timeoutSeconds": str(random.randint(*WATCH_TIMEOUT)),
         })
 
     async def watch(self) -> None:
-        """WATCH from the cache's position until a relist is needed (raises RelistNeeded). The
+        """WATCH from the store's position until a relist is needed (raises RelistNeeded). The
         stream reopens by itself after an end or a break."""
-        accept = f"{PROTOBUF};stream=watch" if self._protobuf else "application/json"
-        stream = WatchStream(self.client, _path(self.cache), query=self._watch_query,
-                             headers={"Accept": accept}, backoff=BACKOFF)
-        on_event = self._protobuf_event if self._protobuf else self._json_event
+        stream = WatchStream(self.client, _path(self.store.spec), query=self._watch_query,
+                             headers={"Accept": self.store.format.watch_content_type}, backoff=BACKOFF)
         try:
             async for event in stream.events():
-                on_event(event)
+                self._on_event(event)
         except APIExpired:
             raise RelistNeeded() from None
         finally:
             await stream.close()
 
-    def _json_event(self, line: bytes) -> None:
-        event = orjson.loads(line)
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise RelistNeeded()
-            raise UpstreamError(self.partition, f"watch error: {obj.get('message')}")
-        if kind == "BOOKMARK":
-            rv = (obj.get("metadata") or {}).get("resourceVersion", "")
-            if rv.isdigit():
-                self.cache.bookmark(self.partition, int(rv))
-            return
-        self.cache.apply(self.partition, kind, obj)
-
-    def _protobuf_event(self, frame: bytes) -> None:
-        """One protobuf watch frame (routing.protobuf). Raises ProtobufError for a frame that is
-        not one (a partition that answered JSON to a protobuf watch included)."""
-        event = pb.decode_watch_event(frame)
+    def _on_event(self, data: bytes) -> None:
+        """One watch event's bytes (a JSON line, or a protobuf frame's payload) into the store.
+        Raises RelistNeeded (an ERROR event with 410), UpstreamError (another ERROR event),
+        ValueError (bytes the format cannot read: a partition that answered JSON to a protobuf
+        watch included)."""
+        event = self.store.format.decode_event(data)
         if event.type == "ERROR":
-            status = pb.status_fields(event.object)
-            if status.code == 410:
+            if event.code == 410:
                 raise RelistNeeded()
-            raise UpstreamError(self.partition, f"watch error: {status.message}")
+            raise UpstreamError(self.partition, f"watch error: {event.message}")
         if event.type == "BOOKMARK":
-            rv = pb.object_rv(event.object)
+            rv = event.resource_version
             if rv.isdigit():
-                self.cache.bookmark(self.partition, int(rv))
+                self.store.bookmark(self.partition, int(rv))
             return
-        self.cache.apply(self.partition, event.type, pb.decode_envelope(event.object).raw)
+        self.store.apply(self.partition, event.type, event.object)
 
     async def run(self) -> None:
-        """Keep the cache in sync until cancelled."""
+        """Keep the store in sync until cancelled."""
         failures = 0
         listed = False
+        name = self.store.spec.name
         while True:
             try:
                 if not listed:
@@ -193,16 +190,16 @@ class Reflector:
                     failures = 0
                 await self.watch()
             except RelistNeeded:
-                log.info("%s/%s: resourceVersion expired, relisting", self.cache.spec.name, self.partition)
+                log.info("%s/%s: resourceVersion expired, relisting", name, self.partition)
                 listed = False
             except PartitionMarkedDown as exc:
                 pause = BACKOFF.after_window(exc.reopens_in)  # tried again when the window ends
-                log.warning("%s/%s: %s; retrying in %.1f s", self.cache.spec.name, self.partition, exc, pause)
+                log.warning("%s/%s: %s; retrying in %.1f s", name, self.partition, exc, pause)
                 await asyncio.sleep(pause)
             except (UpstreamError, ValueError, KeyError) as exc:
                 if isinstance(exc, APIExpired):
                     listed = False  # a later LIST page's snapshot is gone: list again
                 failures += 1
                 pause = BACKOFF.pause(failures)
-                log.warning("%s/%s: %s; retrying in %.1f s", self.cache.spec.name, self.partition, exc, pause)
+                log.warning("%s/%s: %s; retrying in %.1f s", name, self.partition, exc, pause)
                 await asyncio.sleep(pause)

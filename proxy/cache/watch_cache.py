@@ -1,100 +1,37 @@
-"""The watch cache: one per configured cache, merging every partition of its role.
+"""The watch cache: one per configured cache (and one per protobuf twin), merging every partition
+of its role. A façade over its two parts, which is what reflectors, request handlers and metrics
+hold (kube-apiserver's `Cacher` composes the same two: k8s.io/apiserver/pkg/storage/cacher/
+cacher.go over watch_cache.go):
 
-Owns, per cached object, its bytes in the cache's format (`proxy.cache.formats`: compact JSON,
-or enveloped protobuf in a cache's protobuf twin), transformed once: managedFields and the
-last-applied annotation stripped by default, kind/apiVersion set, every native resourceVersion
-in it turned into the object-form proxy RV of its partition, which never expires; plus a small
-index (key, labels, selectable fields, owner's native RV); a bounded ring of recent events for
-resuming watches; the RV vector it has reached; and the cache watchers it fans events out to. It
-does no I/O: reflectors feed it, request handlers read it. Model:
-`k8s.io/apiserver/pkg/storage/cacher` (watchCache, cacheWatcher).
+    proxy.cache.store.CacheStore       objects, indexes, the ring of recent events, the RV vector
+    proxy.cache.dispatcher.Dispatcher  the cache watchers each event is offered to
 
-Concurrency: every method that changes state is a plain `def` (no `await` inside), so each runs
-atomically on the event loop (STYLE §8). Readers get immutable bytes.
-
-Events carry the vector-form RV of the position after them (their `stamp`), written into the
-event's line once. A vector no epoch of the shared table can encode (the table fell far behind)
-ends every cache watcher with 410 and empties the ring: clients relist once it caught up.
-
-Partitions join and retire at runtime (config.models.PartitionState): slots are append-only.
-`rebase` takes the role's new codec: a partition that joined gets a new slot, and its first LIST
-reaches open cache watchers as ADDED events (its floor stays 0: the ring holds everything of it,
-so a client RV from before it joined, where its field reads 0, resumes and gets them). `retire`
-turns a retired partition's objects into DELETED events at one synthetic native RV past the
-last it sent, so a client resuming from any RV issued while it lived gets them too.
-
-Resuming: the ring keeps, per partition, a floor: the native RV after which it holds every
-event of that partition. A client vector R can be resumed when floor[i] <= R[i] <= vector[i] for
-every partition i; the events to replay are the ring's events whose native RV is above R's
-field for their partition, in ring order (so stamps strictly increase).
+The store hands each event it makes to the dispatcher within the same plain `def` (STYLE §8),
+so a change and its fan-out are one atomic step. Reads and writes are the store's (documented
+there); registering cache watchers is the dispatcher's. Which caches exist, their protobuf twins
+and their reflectors are `proxy.cache.cache_set`'s. No I/O.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 from config.models import CacheConfig
+from proxy.cache.dispatcher import Dispatcher, Watcher
 from proxy.cache.formats import JSON, CachedObject, ObjectFormat
+from proxy.cache.store import CachedEvent, CacheStore, Key
 from routing import rv as rvcodec
 from routing.cache_policy import CacheSpec
 from routing.decide import OwnsFn
 from routing.selectors import FieldSelector, LabelSelector
 
-__all__ = ["CachedEvent", "CachedObject", "Key", "WatchCache", "Watcher"]
-
-Key = tuple[int, str, str]  # (slot, namespace, name)
-
-
-@dataclass(slots=True)
-class CachedEvent:
-    """One event, encoded once. `line` is the event as the cache's format writes it (a JSON
-    WatchEvent line, or a protobuf watch frame) for `type`; `prev_*` are the selectable attributes
-    of the object before the event (None for ADDED). `prev_raw` is the object's bytes before the
-    event when its labels or fields changed (only then can it leave a watcher's selection, which
-    is told with the previous state), else None."""
-
-    type: str
-    obj: CachedObject
-    slot: int
-    native_rv: int
-    stamp: str
-    line: bytes
-    prev_labels: dict[str, str] | None
-    prev_fields: dict[str, str] | None
-    prev_raw: bytes | None = None
-
-
-class Watcher(Protocol):
-    """What the cache needs of a cache watcher (proxy.cache.cache_watcher.CacheWatcher)."""
-
-    label_selector: LabelSelector
-    field_selector: FieldSelector
-    name: str  # the metadata.name the watcher selects, "" for any (the cache's name index)
-
-    def offer(self, event: CachedEvent) -> None: ...  # pragma: no cover
-    def offer_bookmark(self, line: bytes, stamp: str) -> None: ...  # pragma: no cover
-    def terminate(self, message: str) -> None: ...  # pragma: no cover
-
-
-@dataclass(slots=True)
-class _Listing:
-    """A LIST in progress for one partition."""
-
-    first_sync: bool
-    seen: set[Key] = field(default_factory=set)
-    changed: list[tuple[int, Key, Any]] = field(default_factory=list)
+__all__ = ["WatchCache"]
 
 
 class WatchCache:
-    """See the module docstring. `codec` is the RV space of the cache's role: its partitions in
-    slot order and the shared epoch table. State is private: reflectors change it through the
-    ingest methods, request handlers read it through the read-only views below."""
+    """See the module docstring; the arguments are `CacheStore`'s. `filling`: its reflectors
+    were started (a protobuf twin waits for its first client: proxy.cache.cache_set)."""
 
     def __init__(
         self,
@@ -107,359 +44,127 @@ class WatchCache:
         keep: OwnsFn | None = None,
         format: ObjectFormat = JSON,
     ) -> None:
-        self.spec = spec
-        self.format = format  # how objects are kept and written (proxy.cache.formats)
-        # The same cache in protobuf, for clients that ask protobuf first: made by the app when
-        # the resource allows it (formats.ProtobufFormat), filled once such a client comes.
-        self.protobuf: WatchCache | None = None
-        self.filling = False  # its reflectors were started (a twin waits for its first client)
-        self.codec = codec
-        self.label_selector = label_selector
-        self.field_selector = field_selector
-        self._on_node = on_node  # node name -> owning RP (None: gone)
-        # keep(partition, namespace, name): whether `partition` owns the object; a union of tenant
-        # partitions drops the copies of system namespaces every TP has (routing.decide.owner_by_key).
-        self._keep = keep
-        n = len(codec.space)
-        self._kind = ""
-        self._api_version = ""
-        self._objects: dict[Key, CachedObject] = {}
-        self._vector = [0] * n
-        self._floor = [0] * n
-        self._synced: set[str] = set()
-        self._ring: deque[CachedEvent] = deque(maxlen=spec.history)
-        self._watchers_by_name: dict[str, set[Watcher]] = {}
-        self._watchers_any: set[Watcher] = set()
-        self._bytes = 0
-        self._relists = [0] * n
-        self._events = 0
-        self._sorted_keys: list[Key] | None = None
-        self._namespaced = False  # some object has a namespace: a name alone is no key
-        self._listing: dict[str, _Listing] = {}
-        self._joining: set[str] = set()  # partitions added at runtime whose first LIST is not in yet
+        self._dispatcher = Dispatcher()
+        self._store = CacheStore(spec=spec, codec=codec, label_selector=label_selector, field_selector=field_selector,
+                                 handler=self._dispatcher, on_node=on_node, keep=keep, format=format)
+        self.filling = False
 
-    # -- read-only views -------------------------------------------------------------------
+    # -- what the cache is ------------------------------------------------------------------
+
+    @property
+    def spec(self) -> CacheConfig:
+        return self._store.spec
+
+    @property
+    def format(self) -> ObjectFormat:
+        """How objects are kept and written (proxy.cache.formats)."""
+        return self._store.format
+
+    @property
+    def codec(self) -> rvcodec.RVCodec:
+        """The RV space of the cache's role (replaced by `rebase`)."""
+        return self._store.codec
+
+    @property
+    def label_selector(self) -> LabelSelector:
+        return self._store.label_selector
+
+    @property
+    def field_selector(self) -> FieldSelector:
+        return self._store.field_selector
 
     @property
     def space(self) -> tuple[str, ...]:
-        return self.codec.space
+        return self._store.space
+
+    def policy_spec(self) -> CacheSpec:
+        return self._store.policy_spec()
+
+    # -- read-only views (CacheStore) -------------------------------------------------------
 
     @property
     def kind(self) -> str:
-        """The list kind the partitions answered (`NodeList`), "" before the first LIST."""
-        return self._kind
+        return self._store.kind
 
     @property
     def api_version(self) -> str:
-        return self._api_version
+        return self._store.api_version
 
     @property
     def objects(self) -> Mapping[Key, CachedObject]:
-        """Every cached object by (slot, namespace, name): a read-only view."""
-        return MappingProxyType(self._objects)
+        return self._store.objects
 
     @property
     def vector(self) -> tuple[int, ...]:
-        """The native RV each partition has reached, in slot order."""
-        return tuple(self._vector)
+        return self._store.vector
+
+    def position(self, partition: str) -> int:
+        return self._store.position(partition)
 
     @property
     def relists(self) -> tuple[int, ...]:
-        """Relists after 410 per partition, in slot order."""
-        return tuple(self._relists)
+        return self._store.relists
 
     @property
     def bytes_total(self) -> int:
-        """Bytes of every cached object's JSON."""
-        return self._bytes
+        return self._store.bytes_total
 
     @property
     def ring_size(self) -> int:
-        """Events held for resuming watches."""
-        return len(self._ring)
+        return self._store.ring_size
 
     def has_synced(self, partition: str) -> bool:
-        """Whether `partition`'s first LIST is in."""
-        return partition in self._synced
+        return self._store.has_synced(partition)
 
     @property
     def is_synced(self) -> bool:
-        """Every live partition's first LIST is in (one joining at runtime does not count: the
-        cache goes on serving while its objects arrive as ADDED events)."""
-        return all(self.space[i] in self._synced or self.space[i] in self._joining for i in self.codec.live_slots)
+        return self._store.is_synced
 
     @property
     def rv(self) -> str:
-        """The cache's current position as a proxy RV ("" until every live partition's first
-        LIST is in, or while no epoch of the table can encode it; a joining partition's field
-        reads 0 until its LIST is in)."""
-        if not self.is_synced or not any(self._vector):
-            return ""
-        try:
-            return self.codec.encode(self._vector)
-        except rvcodec.RVUnencodable:
-            return ""
-
-    @property
-    def watcher_count(self) -> int:
-        return len(self._watchers_any) + sum(len(w) for w in self._watchers_by_name.values())
-
-    def policy_spec(self) -> CacheSpec:
-        """What routing.cache_policy needs to know of this cache."""
-        return CacheSpec(
-            group=self.spec.group,
-            resource=self.spec.resource,
-            namespace=self.spec.namespace,
-            label_selector=self.label_selector,
-            field_selector=self.field_selector,
-            codec=self.codec,
-        )
+        return self._store.rv
 
     def item_kind(self) -> str:
-        return self._kind.removesuffix("List") if self._kind else ""
+        return self._store.item_kind()
 
     def get(self, namespace: str, name: str, slot: int | None = None) -> bytes | None:
-        """The stored bytes of one object (of partition `slot`, or of any), None when absent."""
-        for candidate in range(len(self.space)) if slot is None else (slot,):
-            obj = self._objects.get((candidate, namespace, name))
-            if obj is not None:
-                return obj.raw
-        return None
+        return self._store.get(namespace, name, slot)
 
-    # -- ingest (reflectors) ---------------------------------------------------------------
+    # -- ingest (reflectors: proxy.cache.reflector.Store) -----------------------------------
 
     def start_filling(self) -> None:
-        """Its reflectors start now. An empty cache (a protobuf twin filled at its first client)
-        waits for every partition's first LIST, even one that joined before: nothing of it was
-        served yet."""
+        """Its reflectors start now (`CacheStore.start_filling`)."""
         self.filling = True
-        if not self._synced:
-            self._joining.clear()
-
-    def _record(self, slot: int, obj: Any, native: int) -> CachedObject:
-        record = self.format.record(self.spec, self.codec, slot, obj, native, api_version=self._api_version, item_kind=self.item_kind())
-        if record.namespace:
-            self._namespaced = True
-        return record
-
-    def _matches_cache(self, obj: CachedObject) -> bool:
-        return self.label_selector.matches(obj.labels) and self.field_selector.matches(obj.fields)
-
-    def _emit(self, kind: str, slot: int, native: int, obj: Any, old: CachedObject | None) -> None:
-        """Apply one change of partition `slot` at native RV `native` and fan it out. `obj` is
-        the object after the change (for DELETED: its last state), None for a synthetic
-        DELETED of `old` after a relist."""
-        self._vector[slot] = max(self._vector[slot], native)
-        at = list(self._vector)
-        at[slot] = native
-        try:
-            stamp = self.codec.encode(at)
-        except rvcodec.RVUnencodable:
-            stamp = ""
-        if obj is not None:
-            record = self._record(slot, obj, native)
-            if kind != "DELETED" and not self._matches_cache(record):
-                if old is None:
-                    return  # never was in the cache's selection
-                # Moved out of it: DELETED with the object's previous state at this event's RV,
-                # as the apiserver cacher tells a watcher whose selector it stops matching
-                # (cacheWatcher.convertToWatchEvent; clients such as kwok filter deletions by
-                # the deleted object's labels).
-                kind = "DELETED"
-                record = dataclasses.replace(old, native_rv=native)
-        elif old is not None:
-            record = dataclasses.replace(old, native_rv=native)
-        else:
-            return
-        key = (slot, record.namespace, record.name)
-        if kind == "DELETED":
-            removed = self._objects.pop(key, None)
-            if removed is None:
-                return
-            self._bytes -= len(removed.raw)
-            self._sorted_keys = None
-        else:
-            if old is None:
-                kind = "ADDED"
-                self._sorted_keys = None
-            else:
-                kind = "MODIFIED"
-                self._bytes -= len(old.raw)
-            self._objects[key] = record
-            self._bytes += len(record.raw)
-        if self._on_node is not None:
-            self._on_node(record.name, self.space[slot] if kind != "DELETED" else None)
-        event = CachedEvent(
-            type=kind,
-            obj=record,
-            slot=slot,
-            native_rv=native,
-            stamp=stamp,
-            line=self.format.event(kind, record.raw, stamp),
-            prev_labels=old.labels if old is not None else None,
-            prev_fields=old.fields if old is not None else None,
-            prev_raw=old.raw if old is not None and (old.labels != record.labels or old.fields != record.fields) else None,
-        )
-        if len(self._ring) == self._ring.maxlen:
-            evicted = self._ring[0]
-            self._floor[evicted.slot] = max(self._floor[evicted.slot], evicted.native_rv)
-        self._events += 1
-        if not stamp:
-            self._unencodable()
-            return
-        self._ring.append(event)
-        self._dispatch(event)
-
-    def _unencodable(self) -> None:
-        """No epoch fits the cache's position: every watcher must relist, and no RV issued
-        before this point can be resumed from the ring."""
-        self._ring.clear()
-        self._floor = list(self._vector)
-        for watcher in (*self._watchers_any, *(w for group in self._watchers_by_name.values() for w in group)):
-            watcher.terminate("too old resource version: the proxy's resourceVersion table is behind")
-
-    def _dispatch(self, event: CachedEvent) -> None:
-        for watcher in tuple(self._watchers_by_name.get(event.obj.name, ())):
-            watcher.offer(event)
-        for watcher in tuple(self._watchers_any):
-            watcher.offer(event)
+        self._store.start_filling()
 
     def apply(self, partition: str, kind: str, obj: Any) -> None:
-        """Apply one upstream watch event (ADDED, MODIFIED or DELETED) of `partition`; `obj` as
-        the cache's format takes it (a decoded JSON object, or a protobuf object's message)."""
-        slot = self.space.index(partition)
-        namespace, name, native = self.format.meta(obj)
-        if not self._owned(partition, namespace, name):
-            self._vector[slot] = max(self._vector[slot], native)
-            return
-        key = (slot, namespace, name)
-        old = self._objects.get(key)
-        self._emit(kind, slot, native, obj, old)
-
-    def _owned(self, partition: str, namespace: str, name: str) -> bool:
-        """Whether `partition` owns the object (routing.decide.owner_by_key)."""
-        return self._keep is None or self._keep(partition, namespace, name)
+        self._store.apply(partition, kind, obj)
 
     def bookmark(self, partition: str, native: int) -> None:
-        """An upstream bookmark: the partition has reached `native`. Cache watchers that asked
-        for bookmarks get one when the whole vector moved."""
-        slot = self.space.index(partition)
-        if native <= self._vector[slot]:
-            return
-        self._vector[slot] = native
-        stamp = self.rv
-        if not self.is_synced or not stamp:
-            return
-        line = self.bookmark_line(stamp)
-        for watcher in tuple(self._watchers_any):
-            watcher.offer_bookmark(line, stamp)
-        for group in tuple(self._watchers_by_name.values()):
-            for watcher in tuple(group):
-                watcher.offer_bookmark(line, stamp)
+        self._store.bookmark(partition, native)
 
     def bookmark_line(self, stamp: str, *, initial_events_end: bool = False) -> bytes:
-        return self.format.bookmark(self._api_version, self.item_kind(), stamp, initial_events_end=initial_events_end)
+        return self._store.bookmark_line(stamp, initial_events_end=initial_events_end)
 
     def replace(self, partition: str, items: Iterable[Any], list_rv: int, *, kind: str, api_version: str) -> None:
-        """A whole LIST of `partition` at native RV `list_rv`: `begin_list`, one page, `end_list`."""
-        self.begin_list(partition, kind=kind, api_version=api_version)
-        self.list_page(partition, items)
-        self.end_list(partition, list_rv)
+        self._store.replace(partition, items, list_rv, kind=kind, api_version=api_version)
 
     def begin_list(self, partition: str, *, kind: str, api_version: str) -> None:
-        """Start a LIST of `partition` (initial sync, or relist after 410), read page by page
-        so the partition's objects are never all decoded at once."""
-        self._kind, self._api_version = kind or self._kind, api_version or self._api_version
-        # a partition that joins at runtime is listed like a relist: its objects become events
-        self._listing[partition] = _Listing(first_sync=partition not in self._synced and partition not in self._joining)
+        self._store.begin_list(partition, kind=kind, api_version=api_version)
 
     def list_page(self, partition: str, items: Iterable[Any]) -> None:
-        """One page of the LIST. On the initial sync objects are stored at once (there are no
-        watchers of this partition's past to tell); on a relist only changed objects are kept
-        until `end_list` turns them into events."""
-        listing = self._listing[partition]
-        slot = self.space.index(partition)
-        for obj in items:
-            namespace, name, native = self.format.meta(obj)
-            if not self._owned(partition, namespace, name):
-                continue
-            key = (slot, namespace, name)
-            listing.seen.add(key)
-            old = self._objects.get(key)
-            if old is not None and old.native_rv == native:
-                continue
-            if not listing.first_sync:
-                listing.changed.append((native, key, obj))
-                continue
-            self._vector[slot] = max(self._vector[slot], native)
-            record = self._record(slot, obj, native)
-            if self._matches_cache(record):
-                self._objects[key] = record
-                self._bytes += len(record.raw)
-                self._sorted_keys = None
-                if self._on_node is not None:
-                    self._on_node(record.name, partition)
+        self._store.list_page(partition, items)
 
     def end_list(self, partition: str, list_rv: int) -> None:
-        """Finish the LIST at its snapshot RV. On a relist, the difference to what the cache
-        held becomes synthetic events (ADDED/MODIFIED in native RV order, then DELETED at
-        `list_rv`), so cache watchers never relist because of an upstream hiccup. A partition
-        that joined at runtime is listed the same way: everything it holds arrives as ADDED."""
-        listing = self._listing.pop(partition)
-        slot = self.space.index(partition)
-        if partition in self._joining:
-            self._joining.discard(partition)
-            self._synced.add(partition)
-            listing.first_sync = False
-        elif not listing.first_sync:
-            self._relists[slot] += 1
-        if not listing.first_sync:
-            for native, key, obj in sorted(listing.changed, key=lambda c: c[0]):
-                self._emit("MODIFIED", slot, native, obj, self._objects.get(key))
-            for key in [k for k in self._objects if k[0] == slot and k not in listing.seen]:
-                self._emit("DELETED", slot, list_rv, None, self._objects[key])
-        self._sorted_keys = None
-        self._vector[slot] = max(self._vector[slot], list_rv)
-        if listing.first_sync:
-            self._floor[slot] = list_rv
-            self._synced.add(partition)
-
-    # -- the partition set changes (proxy.partition_set) --------------------------------------
+        self._store.end_list(partition, list_rv)
 
     def rebase(self, codec: rvcodec.RVCodec) -> tuple[str, ...]:
-        """Take the role's codec after a partition-set change. Its space must start with the
-        current one (slots are append-only); partitions past it join (an empty slot, listed
-        by their reflector like a relist). Partitions the codec marks retired are retired here.
-        Returns the partitions that joined. Raises ValueError for a space that is not an
-        extension of the current one."""
-        joined = rvcodec.joined_partitions(self.space, codec)
-        grown = len(codec.space) - len(self.space)
-        self._vector += [0] * grown
-        self._floor += [0] * grown
-        self._relists += [0] * grown
-        self._joining.update(joined)
-        self.codec = codec
-        for partition in codec.retired:
-            if partition in self._synced or partition in self._joining:
-                self.retire(partition)
-        return joined
+        return self._store.rebase(codec)
 
     def retire(self, partition: str) -> int:
-        """Drop a retired partition's objects: each becomes a DELETED event at one native RV
-        past the last the partition sent (a synthetic position in a slot nobody reads again),
-        so resuming from any RV issued while it lived replays them. Returns the events."""
-        slot = self.space.index(partition)
-        self._synced.discard(partition)
-        self._joining.discard(partition)
-        self._listing.pop(partition, None)
-        gone = [key for key in self._objects if key[0] == slot]
-        native = self._vector[slot] + 1
-        for key in gone:
-            self._emit("DELETED", slot, native, None, self._objects[key])
-        self._vector[slot] = max(self._vector[slot], native)
-        return len(gone)
+        return self._store.retire(partition)
 
-    # -- reads (request handlers) ----------------------------------------------------------
+    # -- reads (request handlers) -----------------------------------------------------------
 
     def matching(
         self,
@@ -470,93 +175,38 @@ class WatchCache:
         slot: int | None = None,
         name: str = "",
     ) -> list[CachedObject]:
-        """Objects matching the selectors (and the namespace, partition slot and name when
-        given), in (partition, namespace, name) order. One name (a kubelet's own Node, a
-        `metadata.name=` selector) is looked up by key, one per partition, not searched for:
-        50,000 kubelets listing their Node would otherwise each walk 50,000 objects."""
-        if name and (namespace or not self._namespaced):
-            slots = range(len(self.space)) if slot is None else (slot,)
-            keys: Iterable[Key] = [key for key in ((s, namespace, name) for s in slots) if key in self._objects]
-        else:
-            if self._sorted_keys is None:
-                self._sorted_keys = sorted(self._objects)
-            keys = self._sorted_keys
-        out = []
-        for key in keys:
-            obj = self._objects[key]
-            if (namespace and obj.namespace != namespace) or (slot is not None and obj.slot != slot) or (name and obj.name != name):
-                continue
-            if label_selector.matches(obj.labels) and field_selector.matches(obj.fields):
-                out.append(obj)
-        return out
+        return self._store.matching(label_selector, field_selector, namespace, slot=slot, name=name)
 
     def share_bytes(self, slot: int, label_selector: LabelSelector, field_selector: FieldSelector, namespace: str = "") -> bytes:
-        """One partition's share as that partition would answer a LIST: its matching objects
-        under its native list RV (a union list's stand-in for a partition that is down)."""
-        objects = self.matching(label_selector, field_selector, namespace, slot=slot)
-        return b"".join(self._list_pieces(objects, str(self._vector[slot]), batch=len(objects) or 1))
+        return self._store.share_bytes(slot, label_selector, field_selector, namespace)
 
     def list_bytes(self, objects: list[CachedObject]) -> bytes:
-        """A `<Kind>List` joining stored bytes; its RV is the cache's vector."""
-        return b"".join(self.list_chunks(objects, batch=len(objects) or 1))
+        return self._store.list_bytes(objects)
 
     def list_chunks(self, objects: list[CachedObject], *, batch: int) -> Iterator[bytes]:
-        """The same list as `list_bytes`, in pieces of `batch` objects, so a large list is
-        written without ever being one buffer (8 concurrent 20,000-node lists held 1.2 GiB
-        as whole bodies: bench/list_nodes.py)."""
-        return self._list_pieces(objects, self.rv, batch=batch)
-
-    def _list_pieces(self, objects: list[CachedObject], list_rv: str, *, batch: int) -> Iterator[bytes]:
-        return self.format.list_pieces(self._api_version, self._kind, list_rv, objects, batch=batch)
+        return self._store.list_chunks(objects, batch=batch)
 
     def resumable(self, vector: tuple[int, ...]) -> bool:
-        """Whether the ring holds every event after `vector` (see the module docstring). For a
-        retired partition that means its DELETED events: a client that saw its objects cannot
-        resume here if this process never held them (its field 0 here, as after a restart)."""
-        return all(f <= r <= v for f, r, v in zip(self._floor, vector, self._vector))
+        return self._store.resumable(vector)
 
     def reached(self, vector: tuple[int, ...]) -> bool:
-        """Whether the cache is at or past `vector` in every live partition."""
-        return all(vector[i] <= self._vector[i] for i in self.codec.live_slots)
+        return self._store.reached(vector)
 
     def events_after(self, vector: tuple[int, ...]) -> list[CachedEvent]:
-        return [e for e in self._ring if e.native_rv > vector[e.slot]]
+        return self._store.events_after(vector)
+
+    # -- cache watchers (Dispatcher) --------------------------------------------------------
+
+    @property
+    def watcher_count(self) -> int:
+        return self._dispatcher.watcher_count
 
     def add_watcher(self, watcher: Watcher) -> None:
-        if watcher.name:
-            self._watchers_by_name.setdefault(watcher.name, set()).add(watcher)
-        else:
-            self._watchers_any.add(watcher)
+        self._dispatcher.add_watcher(watcher)
 
     def remove_watcher(self, watcher: Watcher) -> None:
-        if watcher.name:
-            group = self._watchers_by_name.get(watcher.name)
-            if group is not None:
-                group.discard(watcher)
-                if not group:
-                    del self._watchers_by_name[watcher.name]
-        else:
-            self._watchers_any.discard(watcher)
+        self._dispatcher.remove_watcher(watcher)
 
     def debug(self) -> dict[str, Any]:
         """The figures /debug/caches reports for this cache."""
-        oldest = self._ring[0].stamp if self._ring else ""
-        newest = self._ring[-1].stamp if self._ring else ""
-        return {
-            "name": self.spec.name,
-            "format": self.format.name,
-            "resource": f"{self.spec.group or 'core'}/{self.spec.version}/{self.spec.resource}",
-            "labelSelector": self.spec.label_selector,
-            "fieldSelector": self.spec.field_selector,
-            "synced": self.is_synced,
-            "objects": len(self._objects),
-            "bytes": self._bytes,
-            "watchers": self.watcher_count,
-            "ring": {"events": len(self._ring), "capacity": self.spec.history, "oldest": oldest, "newest": newest},
-            "partitions": {
-                p: {"resourceVersion": self._vector[i], "floor": self._floor[i], "relists": self._relists[i]}
-                for i, p in enumerate(self.space)
-            },
-            "events": self._events,
-            "at": time.time(),
-        }
+        return self._store.debug(watchers=self.watcher_count)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from multidict import CIMultiDict
@@ -38,8 +39,12 @@ _PARTITION_HEALTH_TIMEOUT = 5.0
 
 
 class Endpoints:
-    def __init__(self, ctx: ProxyContext) -> None:
+    """The endpoints of the module docstring. `debug_partitions` gives what /debug/partitions
+    shows (proxy.partition_set.PartitionSet.debug; {} without it)."""
+
+    def __init__(self, ctx: ProxyContext, *, debug_partitions: Callable[[], dict[str, Any]] | None = None) -> None:
         self.ctx = ctx
+        self._debug_partitions = debug_partitions
         self.flowcontrol = FlowcontrolMetrics()
         self._by_path: dict[str, Endpoint] = {
             "/livez": functools.partial(self.livez, endpoint="livez"),
@@ -77,12 +82,12 @@ class Endpoints:
             breakers.append(f"partition {name}: {health}{detail}")
         if "verbose" in request.query:
             own = [Check("partition-proxy/resource-version-table", table)]
-            own += [Check(f"partition-proxy/watch-cache/{c.spec.name}", c.is_synced) for c in ctx.caches]
+            own += [Check(f"partition-proxy/watch-cache/{c.spec.name}", c.is_synced) for c in ctx.cache_set.caches]
             return await self._verbose("readyz", own, breakers)
         lines = [f"[{'+' if table else '-'}]resource-version-table {'ok' if table else 'not loaded'}"]
-        lines += [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.caches]
+        lines += [f"[{'+' if c.is_synced else '-'}]watch-cache-{c.spec.name} {'ok' if c.is_synced else 'not synced'}" for c in ctx.cache_set.caches]
         lines += (f"   {line}" for line in breakers)
-        ready = table and ctx.caches_synced
+        ready = table and ctx.cache_set.synced
         lines.append("readyz check passed" if ready else "readyz check failed")
         return Answer(200 if ready else 500, ("\n".join(lines) + "\n").encode(), content_type=_TEXT)
 
@@ -105,7 +110,7 @@ class Endpoints:
     async def metrics(self, request: Request) -> Answer:
         """This process's metrics, or every worker's (proxy.metrics_workers), then the
         partitions' API Priority and Fairness samples (proxy.flowcontrol_metrics)."""
-        metrics, caches = self.ctx.metrics, self.ctx.all_caches()
+        metrics, caches = self.ctx.metrics, self.ctx.cache_set.all_caches()
         if metrics.workers_dir is not None:
             text = await metrics_workers.exposition(metrics, caches, metrics.workers_dir)
         else:
@@ -115,7 +120,7 @@ class Endpoints:
 
     async def debug_caches(self, request: Request) -> Answer:
         """Per cache: objects, bytes, watchers, ring span, last RV and relists per partition."""
-        return Answer(200, orjson.dumps({"caches": [c.debug() for c in self.ctx.all_caches()]}))
+        return Answer(200, orjson.dumps({"caches": [c.debug() for c in self.ctx.cache_set.all_caches()]}))
 
     async def debug_resource_versions(self, request: Request) -> Answer:
         """The epoch table this replica serves with and the partitions' positions it last saw."""
@@ -124,5 +129,5 @@ class Endpoints:
     async def debug_partitions(self, request: Request) -> Answer:
         """The partition-set version this process serves, each partition's state, fenced
         tenants and the last refused reload (proxy.partition_set)."""
-        show = self.ctx.debug_partitions
+        show = self._debug_partitions
         return Answer(200, orjson.dumps(show() if show is not None else {}))

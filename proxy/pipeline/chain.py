@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from proxy.context import ProxyContext
 from proxy.handlers.endpoints import Endpoints
@@ -43,11 +43,13 @@ def default_steps(ctx: ProxyContext) -> list[Step]:
 
 
 class Pipeline:
-    """Entry point of every request, whatever carried it."""
+    """Entry point of every request, whatever carried it. `debug_partitions` is what
+    /debug/partitions shows (proxy.partition_set.PartitionSet.debug)."""
 
-    def __init__(self, ctx: ProxyContext, chain: Sequence[Step] | None = None, last: Handler | None = None) -> None:
+    def __init__(self, ctx: ProxyContext, chain: Sequence[Step] | None = None, last: Handler | None = None, *,
+                 debug_partitions: Callable[[], dict[str, Any]] | None = None) -> None:
         self.ctx = ctx
-        self.endpoints = Endpoints(ctx)
+        self.endpoints = Endpoints(ctx, debug_partitions=debug_partitions)
         self._steps = tuple(default_steps(ctx) if chain is None else chain)
         self._last = last or Dispatch(ctx)
 

@@ -39,7 +39,7 @@ class Dispatch:
         self.ctx = ctx
         # (group, resource) of every cache (fixed at start-up): most requests are of a resource no
         # cache holds and skip the search at once
-        self._cached = frozenset((spec.group, spec.resource) for spec in ctx.cache_specs)
+        self._cached = frozenset((spec.group, spec.resource) for spec in ctx.cache_set.policy_specs)
 
     async def __call__(self, ex: Exchange) -> None:
         try:
@@ -76,9 +76,9 @@ class Dispatch:
         assert route is not None and ex.identity is not None
         pinned = bool(ex.info.partition) and route.kind is RouteKind.FORWARD
         accept = request.headers.get("Accept", "")
-        for index, found in choose(ctx.cache_specs, ex.info, request.query, accept,
+        for index, found in choose(ctx.cache_set.policy_specs, ex.info, request.query, accept,
                                    rv_space=route.rv_space, partitions=route.partitions):
-            cache = self._in_format(ctx.caches[index], found, accept)
+            cache = self._in_format(index, found, accept)
             if not can_serve(cache, found):
                 continue
             ex.route_kind, ex.target = "serve-from-cache", cache.spec.name
@@ -92,7 +92,8 @@ class Dispatch:
                 await serve_list(ex.writer, cache, found, slot)
             elif found.mode is CacheMode.WATCH:
                 behind = ctx.metrics.watchers_behind.labels(cache.spec.name)
-                await serve_watch(ex, cache, found, slot, streams=ctx.streams, shutting_down=ctx.shutting_down, on_behind=behind.inc)
+                await serve_watch(ex, cache, found, slot, streams=ctx.streams.closers, shutting_down=ctx.streams.shutting_down,
+                                  on_behind=behind.inc)
             else:
                 answer = serve_get(cache, found, slot)
                 if answer is None:
@@ -101,15 +102,16 @@ class Dispatch:
             return True
         return False
 
-    def _in_format(self, cache: WatchCache, found: CachePlan, accept: str) -> WatchCache:
-        """The cache's protobuf twin for a client that asks protobuf first, once the twin can
-        answer (the first such client starts filling it); else the cache itself, whose JSON
-        such a client also accepts."""
-        twin = cache.protobuf
-        if twin is None or not prefers_protobuf(accept):
+    def _in_format(self, index: int, found: CachePlan, accept: str) -> WatchCache:
+        """Cache `index`'s protobuf twin for a client that asks protobuf first, once the twin
+        can answer (the cache set starts filling it for the first such client); else the cache
+        itself, whose JSON such a client also accepts."""
+        cache = self.ctx.cache_set.caches[index]
+        if not prefers_protobuf(accept):
             return cache
-        if self.ctx.fill_protobuf_cache is not None:
-            self.ctx.fill_protobuf_cache(cache)
+        twin = self.ctx.cache_set.protobuf_twin(index)
+        if twin is None:
+            return cache
         return twin if can_serve(twin, found) else cache
 
     def _cache_share(self, ex: Exchange, partition: str) -> bytes | None:
@@ -121,9 +123,9 @@ class Dispatch:
         assert route is not None
         query = {k: v for k, v in ex.request.query.items() if k not in _NOT_FOR_SHARE}
         query["resourceVersion"] = "0"
-        for index, found in choose(ctx.cache_specs, ex.info, query, ex.request.headers.get("Accept", ""),
+        for index, found in choose(ctx.cache_set.policy_specs, ex.info, query, ex.request.headers.get("Accept", ""),
                                    rv_space=route.rv_space, partitions=[partition]):
-            cache = ctx.caches[index]
+            cache = ctx.cache_set.caches[index]
             if cache.has_synced(partition):
                 return cache.share_bytes(cache.space.index(partition), found.label_selector, found.field_selector, found.namespace)
         return None
