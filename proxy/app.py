@@ -308,6 +308,12 @@ def _read_health(ctx: ProxyContext, metrics: Metrics) -> None:
     """The partitions' availability and the resourceVersion table's age, at scrape time."""
     for name, client in ctx.clients.items():
         metrics.partition_available.labels(name).set(0 if client.is_marked_down else 1)
+    # A retired partition's client is closed and gone: its sample goes too, or its last value
+    # (0 if it was down when it retired) would fire PartitionProxyPartitionDown for good.
+    for family in metrics.partition_available.collect():
+        for sample in family.samples:
+            if sample.labels["partition"] not in ctx.clients:
+                metrics.partition_available.remove(sample.labels["partition"])
     read_at = ctx.rv.read_at
     metrics.table_age.set(time.monotonic() - read_at if read_at else float("inf"))
 

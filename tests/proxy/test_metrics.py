@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import orjson
 from prometheus_client import CollectorRegistry, Histogram
 
 from proxy import metrics_workers
+from proxy.app import _read_health
 from proxy.metrics import Metrics
 
 SLI = ("GET", "", "v1", "pods", "", "resource", "apiserver")
@@ -101,3 +103,16 @@ async def test_a_scrape_asks_the_other_workers_over_their_sockets_and_leaves_out
             server.close()
             await server.wait_closed()
     assert 'partition_proxy_partition_set_reloads_total{result="applied"} 3.0' in text
+
+
+def test_a_retired_partition_leaves_partition_available_instead_of_staying_down_for_good() -> None:
+    metrics = Metrics.create()
+    clients = {"tp1": SimpleNamespace(is_marked_down=False), "rp3": SimpleNamespace(is_marked_down=True)}
+    ctx = SimpleNamespace(clients=clients, rv=SimpleNamespace(read_at=1.0))
+    _read_health(ctx, metrics)  # type: ignore[arg-type]
+    assert _sample(metrics, "partition_proxy_partition_available", partition="rp3") == 0
+    assert _sample(metrics, "partition_proxy_partition_available", partition="tp1") == 1
+    del clients["rp3"]  # retired: proxy.app.ProxyApp.reconfigure pops its client
+    _read_health(ctx, metrics)  # type: ignore[arg-type]
+    assert _sample(metrics, "partition_proxy_partition_available", partition="rp3") is None
+    assert _sample(metrics, "partition_proxy_partition_available", partition="tp1") == 1
