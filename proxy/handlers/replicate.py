@@ -5,7 +5,9 @@ The client's answer is the system partition's, as it came. Only when that answer
 does the same request go to the other TPs, at once and with the client's identity (their own
 authorization and admission apply). A body's `metadata.resourceVersion` and `uid` are the system
 partition's and mean nothing in another TP: they are dropped from a JSON body sent there (the
-write is last-writer-wins in the copies). A TP that refuses or cannot be reached is reported to
+write is last-writer-wins in the copies). A create with `metadata.generateName` is copied from
+the system partition's answer, so that every copy has the name the system partition generated.
+A TP that refuses or cannot be reached is reported to
 the client in a `Warning` header (`299 - "not replicated to tp2: 409 AlreadyExists ..."`) and
 counted in `partition_proxy_replication_failures_total{partition, resource}`; the write itself
 stands (kube-apiserver semantics of the system partition). A TP that missed a create (it was
@@ -36,7 +38,11 @@ from proxy.headers import downstream_response_headers, upstream_request_headers
 from proxy.messages import Answer, Exchange
 from routing import protobuf as pb
 from routing import translate
+from routing.bodies import body_name
 from routing.replicas import copy_differences
+
+# encodings whose answer a copy can be created from (not YAML, CBOR or a Table)
+_OBJECT_ENCODINGS = (translate.Encoding.JSON, translate.Encoding.PROTOBUF)
 
 # bytes of a copy's refusal quoted in the Warning header: a Status message, not the whole body
 _WARNING_MESSAGE_CHARS = 200
@@ -68,6 +74,11 @@ async def replicate(ex: Exchange, ctx: ProxyContext) -> None:
         ctx.definitions_changed.set()  # routing learns whether its resource is namespaced
     if 200 <= status < 300 and route.replicate_to:
         content_type = request.headers.get("Content-Type", "")
+        if info.verb == "create" and body and not body_name(body, content_type):
+            # metadata.generateName: every copy must get the name the system partition chose,
+            # so the copies are created from its answer (the object as it was created there).
+            body, content_type = _created(raw, got, body, content_type)
+            headers["Content-Type"] = content_type
 
         async def replicate_to(partition: str) -> Whole:
             # An update must carry the partition's own resourceVersion (kube-apiserver refuses an
@@ -95,6 +106,17 @@ async def _current_rv(ctx: ProxyContext, ex: Exchange, partition: str) -> str:
     obj = _object(got.body) if got.status == 200 else None
     value = (obj.get("metadata") or {}).get("resourceVersion") if obj is not None else None
     return value if isinstance(value, str) else ""
+
+
+def _created(answer: bytes, answer_headers: CIMultiDict[str], body: bytes, content_type: str) -> tuple[bytes, str]:
+    """The body (and its Content-Type) a create with metadata.generateName is copied with: the
+    system partition's answer, the object it created under the name it generated, when that
+    answer is a plain JSON or protobuf object that names it; else the client's own body (each
+    copy then gets a name of its own, as before)."""
+    answer_type = answer_headers.get("Content-Type", "")
+    if answer_headers.get("Content-Encoding") or translate.encoding_of(answer_type) not in _OBJECT_ENCODINGS:
+        return body, content_type
+    return (answer, answer_type) if body_name(answer, answer_type) else (body, content_type)
 
 
 def _for_other_partitions(body: bytes | None, content_type: str, resource_version: str) -> bytes | None:
