@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from hack.controlplane import KCM_USER, ControlPlane, DirectControlPlane, HollowNode, kwok_node
+from hack.controlplane import KCM_USER, KWOK_CONFIGS, KWOK_DIR, ControlPlane, DirectControlPlane, HollowNode, kwok_node
 from hack.federation import (
     DEFAULT_BIN_DIR,
     PROXY_ADMINS_GROUP,
@@ -553,6 +553,28 @@ def _apply_extra_rbac(fed: Federation, partitions: Sequence[str]) -> None:
             raise FederationError(f"kubectl apply (extra controller RBAC) on {name}: {r.stderr.strip()}")
 
 
+# kwok's pod stages for the suite: those of `make run` (hack/kwok/pod-stages.yaml) without
+# `pod-complete`, which turns a Job's pod Succeeded at once. The Job specs of the selection run
+# pods that never end (e2ejob "notTerminate") and wait up to 15 minutes each for them to be
+# Running; on a kubelet they are, with kwok's fast stages they never are.
+KWOK_DROPPED_STAGES = ("pod-complete",)
+
+
+def pod_stages_without(text: str, dropped: Collection[str]) -> str:
+    """The kwok stage documents of `text` (YAML documents separated by `---` lines) except the
+    Stages named in `dropped`."""
+    docs = re.split(r"(?m)^---\s*$", text)
+    kept = [d for d in docs if not any(re.search(rf"(?m)^  name: {re.escape(name)}\s*$", d) for name in dropped)]
+    return "---".join(kept)
+
+
+def conformance_kwok_configs(directory: Path) -> tuple[Path, ...]:
+    """KWOK_CONFIGS with the pod stages written to `directory` without KWOK_DROPPED_STAGES."""
+    stages = directory / "kwok-pod-stages.yaml"
+    stages.write_text(pod_stages_without((KWOK_DIR / "pod-stages.yaml").read_text(), KWOK_DROPPED_STAGES))
+    return tuple(stages if config.name == "pod-stages.yaml" else config for config in KWOK_CONFIGS)
+
+
 class ProxySideControlPlane(ControlPlane):
     """`ControlPlane` (as `make run`) plus, per TP, a kube-controller-manager pinned to it
     running EXTRA_CONTROLLERS."""
@@ -698,12 +720,15 @@ class Run:
                                                           server=self.proxy.server)
             log(f"[{side}] starting the control plane through the proxy at {self.proxy.server}")
             self.plane = ProxySideControlPlane(
-                self.fed, self.proxy, hollow_nodes=hollow_nodes(rps, HOLLOW_NODES_PER_SIDE, through_proxy=True)).start(timeout=180)
+                self.fed, self.proxy, hollow_nodes=hollow_nodes(rps, HOLLOW_NODES_PER_SIDE, through_proxy=True))
+            self.plane.kwok_configs = conformance_kwok_configs(directory)
+            self.plane.start(timeout=180)
         else:
             rps = [PEER]
             kubeconfig = self.fed.partition(PEER).admin_kubeconfig
             log(f"[{side}] starting the control plane straight at {PEER}")
             peer_plane = PeerControlPlane(self.fed, PEER)
+            peer_plane.kwok_configs = conformance_kwok_configs(directory)
             self.plane = peer_plane
             peer_plane.start(timeout=180)
             peer_plane.start_hollow_nodes(hollow_nodes(rps, HOLLOW_NODES_PER_SIDE, through_proxy=False), timeout=120)

@@ -160,6 +160,9 @@ class _Launcher:
     """Starts the components as processes of one `ProcessGroup` under `root`; subclasses decide
     what each component's kubeconfig points at."""
 
+    # kwok's --config files (its configuration and stages); a subclass may simulate otherwise
+    kwok_configs: tuple[Path, ...] = KWOK_CONFIGS
+
     def __init__(self, fed: Federation, root: Path, *, node_monitor_grace_period: str, bin_dir: Path) -> None:
         self.fed = fed
         self.root = root
@@ -237,7 +240,7 @@ class _Launcher:
         port = _free_ports(1)[0]
         proc = self.group.start("kwok", [
             str(self.bin_dir / "kwok"), f"--kubeconfig={kubeconfig}",
-            *(f"--config={config}" for config in KWOK_CONFIGS),
+            *(f"--config={config}" for config in self.kwok_configs),
             f"--manage-nodes-with-label-selector={KWOK_SELECTOR}", f"--cidr={KWOK_POD_CIDR}",
             f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
             f"--server-address=127.0.0.1:{port}",

@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from hack import conformance
+from hack.controlplane import KWOK_DIR
 from hack.conformance import (
     SELECTION,
     Row,
@@ -407,3 +410,12 @@ def test_nodes_are_spread_over_the_resource_partitions_in_turn() -> None:
         ("rp3", False), ("rp3", False)]
     assert re.findall(r'"name": "([^"]+)"', kwok_manifests(["rp1", "rp2"], 4)) == [
         "rp1-kwok-1", "rp2-kwok-1", "rp1-kwok-2", "rp2-kwok-2"]
+
+
+def test_the_suites_kwok_pod_stages_are_make_runs_without_the_stage_that_completes_job_pods() -> None:
+    text = (KWOK_DIR / "pod-stages.yaml").read_text()
+    names = re.compile(r"(?m)^  name: (\S+)\s*$")
+    kept = conformance.pod_stages_without(text, conformance.KWOK_DROPPED_STAGES)
+    assert names.findall(text) == ["pod-ready", "pod-complete", "pod-delete"]
+    assert names.findall(kept) == ["pod-ready", "pod-delete"]
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(kept) if d] == ["pod-ready", "pod-delete"]
