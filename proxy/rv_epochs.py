@@ -21,6 +21,8 @@ import logging
 import time
 from typing import Any
 
+from cachetools import TTLCache
+
 from config.models import PartitionRole, PartitionState, ProxyConfig
 from proxy.clients.errors import APIConflict, APINotFound, UpstreamError
 from proxy.clients.partition import PartitionClient
@@ -34,6 +36,15 @@ _DATA_KEY = "epochs"
 _MIN_ON_DEMAND_INTERVAL = 0.5
 # attempts at writing the table before waiting for the next round (lost races re-read it).
 _WRITE_ATTEMPTS = 3
+# How long (seconds) the vector given for a partition's answer at one native RV is given again
+# for another answer at that RV: the pages of one paged list (each has the snapshot's RV, and
+# kube-apiserver answers every page with the first page's resourceVersion: the e2e "API
+# chunking" spec checks it). Long enough for a client to page through a large list (client-go
+# pages of 500 take well under a second each); short, because a partition that stays at one RV
+# would otherwise keep the others' positions of long ago (a union started from them replays
+# more of the others' events). The entries: at most this many answers' RVs (an entry ~200 bytes).
+_POSITION_MEMORY_SECONDS = 60.0
+_POSITION_MEMORY_ENTRIES = 4096
 
 
 class TableUnavailable(Exception):
@@ -54,6 +65,9 @@ class ResourceVersions:
         self._wake = asyncio.Event()
         self._last_sync = 0.0
         self._current: dict[str, int] = {}
+        # (space, slot, native) -> the vector position_vector gave for it (_POSITION_MEMORY_SECONDS)
+        self._given: TTLCache[tuple[tuple[str, ...], int, int], tuple[int, ...]] = TTLCache(
+            _POSITION_MEMORY_ENTRIES, _POSITION_MEMORY_SECONDS, timer=time.monotonic)
         self.read_at = 0.0  # time.monotonic() of the last successful read of the table (0: never)
         self.epochs_published = 0
         self.configure(config)
@@ -138,10 +152,17 @@ class ResourceVersions:
         partition of `codec`'s space: `native` in its own, and in each other the position this
         replica last read of it (the table's refresh reads every partition's current RV: at most
         `refresh_seconds` old, so a union started from it may also see the other partitions'
-        events of those seconds, never miss one); 0 ("nothing seen") for one not read yet."""
+        events of those seconds, never miss one); 0 ("nothing seen") for one not read yet. The
+        same (space, slot, native) gets the same vector for _POSITION_MEMORY_SECONDS, so every
+        page of a paged list answers the first page's resourceVersion, as kube-apiserver does."""
+        key = (codec.space, slot, native)
+        given = self._given.get(key)
+        if given is not None:
+            return given
         vector = [self._position(partition, self.table) for partition in codec.space]
         vector[slot] = native
-        return tuple(vector)
+        self._given[key] = result = tuple(vector)
+        return result
 
     async def native_for(self, codec: rvcodec.RVCodec, rv: str, slot: int) -> str | None:
         """codec.native_for, with the same re-read as `decode`. Raises RVError."""

@@ -125,3 +125,37 @@ async def test_a_single_nodes_rv_starts_a_watch_of_the_nodes_cache(kube: Kube, u
     events = await _watch(kube, f"/api/v1/nodes?watch=true&labelSelector=test%3D{unique}&resourceVersion={node_rv}",
                           lambda evs: any(e["object"]["metadata"]["labels"].get("patched") for e in evs))
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("MODIFIED", second)]
+
+
+async def test_every_page_of_a_paged_namespaced_list_answers_the_first_pages_resource_version(kube: Kube, unique: str) -> None:
+    # kube-apiserver answers every page of a paged list with the first page's resourceVersion (the
+    # e2e "API chunking should return chunks of results for list calls" checks it); the proxy's
+    # vector RV of a one-partition list must not take the other partitions' newer positions,
+    # read between two pages
+    label = f"p{unique}"
+    mine, other = f"alpha-p{unique}", f"nova-p{unique}"
+    for namespace in (mine, other):
+        kube.kubectl("create", "namespace", namespace)
+    for i in range(3):
+        kube.create(_configmap(mine, f"c{i}", label))
+    path = f"/api/v1/namespaces/{mine}/configmaps?labelSelector=test%3D{label}&limit=1"
+    code, body = await _get(kube, path)
+    assert code == 200, body
+    first = json.loads(body)
+    list_rv, token = first["metadata"]["resourceVersion"], first["metadata"]["continue"]
+    kube.create(_configmap(other, "moved", label))  # tp2 moves on, and the proxy reads where it is now
+    moved = int(json.loads(kube.kubectl("get", "configmap", "moved", "-n", other, "-o", "json",
+                                        kubeconfig=kube.direct("tp2")))["metadata"]["resourceVersion"])
+    await _until_the_proxy_has_read(kube, "tp2", moved)
+    names = [first["items"][0]["metadata"]["name"]]
+    while token:
+        for accept in (PROTOBUF, "application/json"):
+            code, body = await _get(kube, f"{path}&continue={token}", accept=accept)
+            assert code == 200, body
+            if accept == PROTOBUF:
+                assert pb.list_meta_rv(pb.list_items(body)[1]) == list_rv
+        page = json.loads(body)
+        assert page["metadata"]["resourceVersion"] == list_rv
+        names += [item["metadata"]["name"] for item in page["items"]]
+        token = page["metadata"].get("continue", "")
+    assert names == ["c0", "c1", "c2"]
