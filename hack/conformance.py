@@ -100,6 +100,11 @@ EXTRA_CONTROLLERS = {
     "resourcequota-controller": "resourcequota-controller",
     "replicationcontroller-controller": "replication-controller",
     "validatingadmissionpolicy-status-controller": "validatingadmissionpolicy-status-controller",
+    # the finalizers of PVCs, PVs and VolumeAttributesClasses: without them a deleted one stays
+    # (the PV/PVC lifecycle, VolumeAttributesClass lifecycle and ResourceQuota PVC specs)
+    "persistentvolumeclaim-protection-controller": "pvc-protection-controller",
+    "persistentvolume-protection-controller": "pv-protection-controller",
+    "volumeattributesclass-protection-controller": "volumeattributesclass-protection-controller",
 }
 
 
@@ -320,7 +325,8 @@ CATEGORY_TITLES: Mapping[Category, str] = {
 # peer, then of the proxy). The clusters have no container runtime (kwok and hollow kubelets),
 # no cluster DNS, no CNI, no kube-proxy, and only the controllers of hack/controlplane.py.
 ENVIRONMENT_REASONS: tuple[tuple[str, str], ...] = (
-    (r"failed calling webhook|no endpoints available for service|error trying to reach service",
+    (r"failed calling webhook|no endpoints available for service|error trying to reach service"
+     r"|waiting for service \S+ have \d+ endpoints?",
      "needs a server in a container (webhook or aggregated API): no container runtime"),
     (r"unable to upgrade connection|exec .*failed|error executing command|ExecWithOptions",
      "needs exec in a container: no container runtime"),
@@ -329,6 +335,9 @@ ENVIRONMENT_REASONS: tuple[tuple[str, str], ...] = (
     (r"\bDNS\b|nslookup|dig\b|resolv\.conf", "needs cluster DNS"),
     (r"connection refused|i/o timeout|no route to host|dial tcp", "needs pod networking: no CNI, no kube-proxy"),
     (r"[Ee]ndpoints?(Slice)? .*(not|never).*(created|found|ready)", "needs the endpoints controllers (not run)"),
+    (r"not all in phase Bound", "needs a volume provisioner: no storage"),
+    (r"[Jj]ob .*(to complete|completion)|for job to complete",
+     "needs Job pods that end: kwok's stages in make conformance never end a Job's pod"),
     (r"pods? .*(not|never).*(running|ready|succeeded|Succeeded|Running)|timed out waiting for (the )?pod",
      "needs pods to run containers: kwok only simulates them"),
 )

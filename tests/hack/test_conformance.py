@@ -281,6 +281,10 @@ def test_exit_code_is_1_only_with_a_regression() -> None:
     ("[FAILED] unable to upgrade connection: container not found", "needs exec in a container"),
     ("[FAILED] failed to get logs from pod-1", "needs container logs"),
     ("[FAILED] dial tcp 10.0.0.12:80: connect: connection refused", "needs pod networking"),
+    ("[FAILED] waiting for service crd-selectable-fields-9910/e2e-test-crd-conversion-webhook have 1 endpoint: "
+     "context deadline exceeded", "needs a server in a container"),
+    ("[FAILED] PersistentVolumeClaims [test-claim] not all in phase Bound within 5m0s", "needs a volume provisioner"),
+    ("[FAILED] failed to ensure job completion in namespace: job-1: Timed out after 900.000s.", "needs Job pods that end"),
     ("[FAILED] Expected <int>: 0 to equal <int>: 1", "unclassified"),
 ])
 def test_environment_reason_is_read_from_the_failure(failure: str, reason: str) -> None:
