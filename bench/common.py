@@ -635,7 +635,7 @@ class Setup:
 async def fill_protobuf_twin(session: aiohttp.ClientSession, proxy_server: str, timeout: float = 60.0,
                              path: str = "/api/v1/nodes") -> float:
     """Seconds until the cache of `path` (default: nodes) answers a protobuf-first LIST in
-    protobuf: the first such request starts filling its protobuf twin (README, Watch caches), as
+    protobuf: the first such request starts filling its protobuf twin (docs/serving.md, "Watch caches"), as
     a fleet's first kubelet would; until it synced the answers are JSON. Raises RuntimeError
     after `timeout`."""
     t0 = time.monotonic()

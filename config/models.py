@@ -281,7 +281,7 @@ class CacheConfig(_Model):
     (node leases live in kube-node-lease). `protobuf` keeps a protobuf twin of the cache for
     clients that ask protobuf first (kubelets, client-go components), filled at the first such
     client: a second copy of every object and a second upstream watch per partition; without it
-    those clients get JSON from the cache (README, Watch caches).
+    those clients get JSON from the cache (docs/serving.md, "Watch caches").
     """
 
     name: str

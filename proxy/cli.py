@@ -50,7 +50,7 @@ WORKER_LISTEN_WAIT_SECONDS = 10.0
 # `serve --event-loop`: asyncio's selector loop or uvloop's libuv loop. uvloop by default:
 # bench/routed_requests.py measured 32 % more forwarded GETs per second at concurrency 1 and 23 %
 # less proxy CPU per GET, and an idle HTTP/1.1 watch costs 62 KB of RSS instead of 72 KB
-# (README "Speed").
+# (docs/benchmarks.md, "Speed: forwarded requests, workers and the event loop").
 EVENT_LOOPS = ("asyncio", "uvloop")
 DEFAULT_EVENT_LOOP = "uvloop"
 
@@ -122,7 +122,7 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         "--event-loop",
         choices=EVENT_LOOPS,
         default=DEFAULT_EVENT_LOOP,
-        help=f"asyncio's own event loop or uvloop's (libuv); default {DEFAULT_EVENT_LOOP} (README: Speed)",
+        help=f"asyncio's own event loop or uvloop's (libuv); default {DEFAULT_EVENT_LOOP} (docs/benchmarks.md)",
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each worker
     serve.add_argument(

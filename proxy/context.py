@@ -45,7 +45,7 @@ class InForce:
 
 class OpenStreams:
     """Closers of open streams, called on SIGTERM so each ends cleanly and its client re-watches
-    on another replica (the failure semantics in README.md). Mutable on purpose: streams come
+    on another replica (the failure semantics in docs/serving.md). Mutable on purpose: streams come
     and go, and a shutdown is a state every later stream must see."""
 
     __slots__ = ("closers", "shutting_down")

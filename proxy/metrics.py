@@ -53,7 +53,7 @@ differing). A worker that does not answer within a second is left out of that sc
 
 Why not prometheus-client's multiprocess mode (used until 2026-11): it writes every change to a
 memory-mapped file under a lock, and the hot path made five such changes per request; measured
-by `bench/metrics_cost.py` (README: Speed).
+by `bench/metrics_cost.py` (docs/benchmarks.md).
 """
 
 from __future__ import annotations
