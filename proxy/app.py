@@ -49,7 +49,7 @@ from proxy.partition_set import PartitionSet
 from proxy.pipeline.chain import Pipeline
 from proxy.rv_epochs import ResourceVersions, TableUnavailable
 from proxy.watch_limits import WatchLimiter
-from routing.decide import RoutingState
+from routing.decide import RoutingState, owner_of_namespaced
 from routing.placement import Placement
 from routing.tokens import service_account_namespace
 
@@ -95,7 +95,7 @@ def _token_reviewer(token: str, *, in_force: InForce, clients: Mapping[str, Part
     if partition is None:
         return None
     namespace = service_account_namespace(token)
-    owner = in_force.routing.placement.partition_of_namespace(namespace) if namespace else partition
+    owner = owner_of_namespaced(namespace, in_force.routing) if namespace else partition  # as decide routes a TokenReview
     return clients.get(owner) or clients.get(partition)
 
 

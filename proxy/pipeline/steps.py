@@ -25,7 +25,7 @@ from proxy.messages import Exchange, Outcome
 from proxy.metrics import Metrics
 from proxy.overload import InflightLimiter, Overloaded, request_class
 from proxy.watch_limits import TooManyWatches, WatchLimiter
-from routing.bodies import body_name, body_token_namespace
+from routing.bodies import body_facts
 from routing.decide import RouteKind, RoutingState, decide
 from routing.sli import sli_labels
 
@@ -135,9 +135,8 @@ class Route:
             if len(ex.body) > self.max_body_bytes:
                 await ex.respond(answers.request_too_large())
                 return True
-            content_type = ex.request.headers.get("Content-Type", "")
-            route = decide(ex.info, state, body_name=body_name(ex.body, content_type),
-                           token_namespace=body_token_namespace(ex.body, content_type))
+            name, token_namespace = body_facts(ex.body, ex.request.headers.get("Content-Type", ""))
+            route = decide(ex.info, state, body_name=name, token_namespace=token_namespace)
         if route.kind is RouteKind.REJECT:
             if route.plain_text:
                 await ex.respond(answers.plain_text(route.status_code, route.message))

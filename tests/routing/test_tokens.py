@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from routing.bodies import body_token_namespace
+from routing.bodies import body_facts, body_name, body_token_namespace
 from routing.decide import Route, RouteKind, decide
 from routing.protobuf import Envelope, encode_envelope, token_review_token
 from routing.requestinfo import parse_request_info
@@ -107,3 +107,12 @@ def test_a_token_review_goes_to_the_partition_owning_the_tokens_namespace() -> N
 def test_a_token_review_of_another_token_goes_to_the_system_partition() -> None:
     info = parse_request_info("POST", REVIEWS, {})
     assert decide(info, STATE, body_name="", token_namespace="") == Route(RouteKind.FORWARD, ("tp1",), ())
+
+
+def test_body_facts_are_the_name_and_the_token_namespace_read_at_once() -> None:
+    review = orjson.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                           "metadata": {"name": "r"}, "spec": {"token": jwt(BOUND)}})
+    assert body_facts(review, "application/json") == ("r", "nova-web")
+    assert body_facts(review, "application/json") == (body_name(review, "application/json"),
+                                                       body_token_namespace(review, "application/json"))
+    assert body_facts(b"{not json", "application/json") == ("", "")
