@@ -306,6 +306,10 @@ class CacheConfig(_Model):
 
 
 def _default_caches() -> tuple[CacheConfig, ...]:
+    """Nodes and their Leases over the resource partitions; pods and services over the tenant
+    partitions: what every kubelet lists and watches (its Node by name, its pods by
+    `spec.nodeName`, every Service), so a kubelet's watches cost no upstream watch and the
+    partitions see one watch per cache instead of one per kubelet (docs/sizing.md)."""
     return (
         CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE),
         CacheConfig(
@@ -315,6 +319,8 @@ def _default_caches() -> tuple[CacheConfig, ...]:
             namespace="kube-node-lease",
             role=PartitionRole.RESOURCE,
         ),
+        CacheConfig(name="pods", resource="pods", role=PartitionRole.TENANT),
+        CacheConfig(name="services", resource="services", role=PartitionRole.TENANT),
     )
 
 

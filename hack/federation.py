@@ -56,10 +56,10 @@ rules:
 - apiGroups: ["", "authentication.k8s.io"]
   resources: [users, groups, uids, serviceaccounts, userextras]
   verbs: [impersonate]
-# The proxy's reflectors list and watch what its watch caches hold (nodes, node leases; pods
-# when a cache of pods is configured), with its own credential.
+# The proxy's reflectors list and watch what its watch caches hold (by default nodes, node
+# leases, pods and services), with its own credential.
 - apiGroups: [""]
-  resources: [nodes, pods, namespaces]
+  resources: [nodes, pods, services, namespaces]
   verbs: [get, list, watch]
 - apiGroups: ["coordination.k8s.io"]
   resources: [leases]

@@ -1053,6 +1053,21 @@ _RESOURCES: Final[dict[tuple[str, str], _ResourceFields]] = {
 SELECTABLE_FIELDS: Final[dict[tuple[str, str], frozenset[str]]] = {key: spec.fields for key, spec in _RESOURCES.items()}
 
 
+# (group, resource) -> the one field a watch cache indexes its objects and cache watchers by,
+# as kube-apiserver's cacher does with a resource's trigger function (`storage.IndexerFuncs`:
+# pods' "spec.nodeName", pkg/registry/core/pod/storage; the cacher's `indexedTrigger`,
+# k8s.io/apiserver/pkg/storage/cacher/cacher.go). A kubelet's `spec.nodeName=<node>` pod list
+# and watch then read and receive only its node's pods instead of testing every pod.
+TRIGGER_FIELDS: Final[dict[tuple[str, str], str]] = {("", "pods"): "spec.nodeName"}
+
+
+def trigger_value(trigger_field: str, selector: FieldSelector) -> str | None:
+    """The value `selector` demands of the cache's trigger field with an `=` term (a kubelet's
+    node name; "" for `spec.nodeName=`), None when it has none or there is no trigger field:
+    such a selector is answered by testing every object."""
+    return selector.requires_exact_match(trigger_field) if trigger_field else None
+
+
 def selectable_fields(group: str, resource: str, obj: Mapping[str, Any]) -> dict[str, str]:
     """The field set kube-apiserver matches a field selector against (GetAttrs), for one
     decoded v1 object of (group, resource).

@@ -29,7 +29,7 @@ DEFAULT_QUEUE_SIZE = 1000
 
 
 class CacheWatcher:
-    __slots__ = ("label_selector", "field_selector", "name", "namespace", "slot", "bookmarks", "_lines", "_limit", "_waiter",
+    __slots__ = ("label_selector", "field_selector", "name", "trigger", "namespace", "slot", "bookmarks", "_lines", "_limit", "_waiter",
                  "_sink", "_on_behind", "last_stamp", "terminated", "_format")
 
     def __init__(
@@ -38,6 +38,7 @@ class CacheWatcher:
         label_selector: LabelSelector,
         field_selector: FieldSelector,
         name: str = "",
+        trigger: str | None = None,
         namespace: str = "",
         slot: int | None = None,
         bookmarks: bool = False,
@@ -48,6 +49,7 @@ class CacheWatcher:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.name = name
+        self.trigger = trigger  # the cache's trigger field value it selects (its dispatcher index)
         self.namespace = namespace
         self.slot = slot
         self.bookmarks = bookmarks

@@ -21,6 +21,7 @@ from proxy.cache.watch_cache import WatchCache
 from proxy.messages import Answer, Exchange, ResponseWriter
 from routing.cache_policy import CacheMode, CachePlan
 from routing.query import watch_lifetime
+from routing.selectors import trigger_value
 
 
 _NO_HEADERS: CIMultiDict[str] = CIMultiDict()  # the writers add Content-Type (start's content_type)
@@ -78,6 +79,7 @@ async def serve_watch(
         label_selector=plan.label_selector,
         field_selector=plan.field_selector,
         name=plan.name,
+        trigger=trigger_value(cache.trigger_field, plan.field_selector),
         namespace=plan.namespace,
         slot=slot,
         bookmarks=plan.bookmarks,

@@ -49,7 +49,7 @@ from proxy.cache.formats import JSON, CachedObject, ObjectFormat
 from routing import rv as rvcodec
 from routing.cache_policy import CacheSpec
 from routing.decide import OwnsFn
-from routing.selectors import FieldSelector, LabelSelector
+from routing.selectors import TRIGGER_FIELDS, FieldSelector, LabelSelector, trigger_value
 
 __all__ = ["CacheStore", "CachedEvent", "CachedObject", "EventHandler", "Key"]
 
@@ -139,6 +139,10 @@ class CacheStore:
         self._relists = [0] * n
         self._events = 0
         self._sorted_keys: list[Key] | None = None
+        # the trigger index (routing.selectors.TRIGGER_FIELDS: a pod's spec.nodeName): value ->
+        # keys of the objects holding it, so a kubelet's list reads its node's pods only
+        self.trigger_field = TRIGGER_FIELDS.get((spec.group, spec.resource), "")
+        self._by_trigger: dict[str, set[Key]] = {}
         self._namespaced = False  # some object has a namespace: a name alone is no key
         self._listing: dict[str, _Listing] = {}
         self._joining: set[str] = set()  # partitions added at runtime whose first LIST is not in yet
@@ -317,6 +321,7 @@ class CacheStore:
                 return None
             self._bytes -= len(removed.raw)
             self._sorted_keys = None
+            self._unindex(key, removed)
             return kind
         if old is None:
             kind = "ADDED"
@@ -324,9 +329,24 @@ class CacheStore:
         else:
             kind = "MODIFIED"
             self._bytes -= len(old.raw)
+            self._unindex(key, old)
         self._objects[key] = record
         self._bytes += len(record.raw)
+        self._index(key, record)
         return kind
+
+    def _index(self, key: Key, obj: CachedObject) -> None:
+        if self.trigger_field:
+            self._by_trigger.setdefault(obj.fields.get(self.trigger_field, ""), set()).add(key)
+
+    def _unindex(self, key: Key, obj: CachedObject) -> None:
+        if self.trigger_field:
+            value = obj.fields.get(self.trigger_field, "")
+            keys = self._by_trigger.get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_trigger[value]
 
     def _append(self, event: CachedEvent) -> None:
         """Put the event in the ring (the evicted one raises its partition's floor) and hand it
@@ -414,8 +434,12 @@ class CacheStore:
             self._vector[slot] = max(self._vector[slot], native)
             record = self._record(slot, obj, native)
             if self._matches_cache(record):
+                if old is not None:  # listed again after a relist began? the initial sync holds none
+                    self._bytes -= len(old.raw)
+                    self._unindex(key, old)
                 self._objects[key] = record
                 self._bytes += len(record.raw)
+                self._index(key, record)
                 self._sorted_keys = None
                 if self._on_node is not None:
                     self._on_node(record.name, partition)
@@ -493,10 +517,14 @@ class CacheStore:
         """Objects matching the selectors (and the namespace, partition slot and name when
         given), in (partition, namespace, name) order. One name (a kubelet's own Node, a
         `metadata.name=` selector) is looked up by key, one per partition, not searched for:
-        50,000 kubelets listing their Node would otherwise each walk 50,000 objects."""
+        50,000 kubelets listing their Node would otherwise each walk 50,000 objects; nor is one
+        value of the trigger field (a kubelet's `spec.nodeName=<node>` pods)."""
+        value = trigger_value(self.trigger_field, field_selector)
         if name and (namespace or not self._namespaced):
             slots = range(len(self.space)) if slot is None else (slot,)
             keys: Iterable[Key] = [key for key in ((s, namespace, name) for s in slots) if key in self._objects]
+        elif value is not None:
+            keys = sorted(self._by_trigger.get(value, ()))
         else:
             if self._sorted_keys is None:
                 self._sorted_keys = sorted(self._objects)

@@ -24,7 +24,7 @@ from proxy.cache.store import CachedEvent, CacheStore, Key
 from routing import rv as rvcodec
 from routing.cache_policy import CacheSpec
 from routing.decide import OwnsFn
-from routing.selectors import FieldSelector, LabelSelector
+from routing.selectors import TRIGGER_FIELDS, FieldSelector, LabelSelector
 
 __all__ = ["WatchCache"]
 
@@ -44,7 +44,7 @@ class WatchCache:
         keep: OwnsFn | None = None,
         format: ObjectFormat = JSON,
     ) -> None:
-        self._dispatcher = Dispatcher()
+        self._dispatcher = Dispatcher(TRIGGER_FIELDS.get((spec.group, spec.resource), ""))
         self._store = CacheStore(spec=spec, codec=codec, label_selector=label_selector, field_selector=field_selector,
                                  handler=self._dispatcher, on_node=on_node, keep=keep, format=format)
         self.filling = False
@@ -76,6 +76,11 @@ class WatchCache:
     @property
     def space(self) -> tuple[str, ...]:
         return self._store.space
+
+    @property
+    def trigger_field(self) -> str:
+        """The field objects and cache watchers are indexed by ("" for none)."""
+        return self._store.trigger_field
 
     def policy_spec(self) -> CacheSpec:
         return self._store.policy_spec()

@@ -1,0 +1,99 @@
+"""A fleet of kubelets' pod and service watches through a proxy with the default caches (nodes,
+node Leases, pods, services): served from the caches, so the partitions' own watch counts do
+not move however many kubelets watch, and each kubelet gets its node's pods from both tenant
+partitions, as the same watch straight at the partition gets them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from hack.proxy_process import ProxyProcess
+from tests.federation import Kube, pod
+
+SECONDS = 20.0  # upper bound for one wait; events arrive in milliseconds
+KUBELETS = 40
+
+
+@pytest.fixture
+def cached_proxy(kube: Kube, tmp_path: Path) -> Iterator[ProxyProcess]:
+    proxy = ProxyProcess(kube.fed, tmp_path / "proxy").start()  # the proxy's default caches
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+async def _watch_counts(kube: Kube, resource: str) -> dict[str, float]:
+    """Open WATCH requests of `resource` on each tenant partition (apiserver_longrunning_requests)."""
+    counts = {}
+    async with aiohttp.ClientSession() as s:
+        for p in ("tp1", "tp2"):
+            async with s.get(f"{kube.fed.partition(p).server}/metrics", ssl=kube.partition_ssl(p)) as resp:
+                text = await resp.text()
+            counts[p] = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                            if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line
+                            and f'resource="{resource}"' in line)
+    return counts
+
+
+async def _reflector_watch(s: aiohttp.ClientSession, server: str, path: str, ssl: Any, **params: str) -> aiohttp.ClientResponse:
+    """A reflector's LIST (resourceVersion=0) then WATCH from the list's RV, as client-go does."""
+    async with s.get(server + path, params={**params, "resourceVersion": "0"}, ssl=ssl) as listed:
+        assert listed.status == 200, await listed.text()
+        rv = (await listed.json())["metadata"]["resourceVersion"]
+    resp = await s.get(server + path, params={**params, "watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true"}, ssl=ssl)
+    assert resp.status == 200, await resp.text()
+    return resp
+
+
+async def _events(resp: aiohttp.ClientResponse, count: int) -> list[tuple[str, str, str]]:
+    """The first `count` non-bookmark events: (type, namespace, name)."""
+    out: list[tuple[str, str, str]] = []
+    while len(out) < count:
+        line = await asyncio.wait_for(resp.content.readline(), SECONDS)
+        assert line, "the watch ended"
+        event = json.loads(line)
+        if event["type"] != "BOOKMARK":
+            meta = event["object"]["metadata"]
+            out.append((event["type"], meta["namespace"], meta["name"]))
+    return out
+
+
+async def test_kubelets_pod_and_service_watches_add_no_upstream_watch_and_get_their_pods(
+    kube: Kube, cached_proxy: ProxyProcess, unique: str
+) -> None:
+    namespaces = (f"acme{unique}-kw", f"zoo{unique}-kw")  # one per tenant partition
+    for ns in namespaces:
+        kube.kubectl("create", "namespace", ns)
+    nodes = [f"rp{1 + i % 2}-kw-{unique}-{i}" for i in range(KUBELETS)]
+    before = {r: await _watch_counts(kube, r) for r in ("pods", "services")}
+    server = cached_proxy.server
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        pods_watches, services_watches = [], []
+        for name in nodes:  # each kubelet as itself
+            ctx = kube.client_ssl(f"system:node:{name}", ("system:nodes",))
+            pods_watches.append(await _reflector_watch(s, server, "/api/v1/pods", ctx, fieldSelector=f"spec.nodeName={name}"))
+            services_watches.append(await _reflector_watch(s, server, "/api/v1/services", ctx))
+        during = {r: await _watch_counts(kube, r) for r in ("pods", "services")}
+        tp1 = kube.fed.partition("tp1").server
+        reference = await _reflector_watch(s, tp1, "/api/v1/pods", kube.partition_ssl("tp1"), fieldSelector=f"spec.nodeName={nodes[0]}")
+        try:
+            assert during == before, "the kubelets' pod and service watches added upstream watches"
+            for i, name in enumerate(nodes):
+                kube.create(pod(namespaces[i % 2], f"on-{i}", name))
+            kube.kubectl("delete", "pod", "on-0", "-n", namespaces[0], "--grace-period=0", "--force")
+            got = await asyncio.gather(*(_events(w, 3 if i == 0 else 1) for i, w in enumerate(pods_watches)))
+            straight = await _events(reference, 3)  # ADDED, MODIFIED (deletionTimestamp), DELETED
+        finally:
+            for resp in (*pods_watches, *services_watches, reference):
+                resp.close()
+    assert got[0] == straight
+    assert [t for t, _, _ in straight] == ["ADDED", "MODIFIED", "DELETED"]
+    assert got[1:] == [[("ADDED", namespaces[i % 2], f"on-{i}")] for i in range(1, KUBELETS)]
