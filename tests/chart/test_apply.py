@@ -96,7 +96,7 @@ def test_helm_install_dry_run_against_the_real_server_discovers_no_service_monit
     kube.kubectl("create", "namespace", namespace, kubeconfig=kube.direct("tp1"))
     done = helm.run(
         "install", "pp", str(CHART), "--namespace", namespace, "--dry-run=server", "--kubeconfig", str(kube.direct("tp1")),
-        values={"serviceMonitor": {"enabled": True}, "sizing": {"expectedNodes": 50000}},
+        values={"serviceMonitor": {"enabled": True}, "sizing": {"expectedNodes": 50000, "expectedPods": 0}},
     )
     assert done.returncode == 0, done.stderr
     manifests = [doc for doc in yaml.safe_load_all(done.stdout.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]) if doc]

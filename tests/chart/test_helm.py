@@ -399,6 +399,21 @@ def test_bytes_per_node_is_not_below_the_benchmarked_memory_per_cached_node() ->
     assert DEFAULT_SIZING["bytesPerNode"] >= need, f"sizing.bytesPerNode: update to the benchmark's {need:.0f} B per node"
 
 
+def test_bytes_per_pod_is_not_below_the_benchmarked_memory_per_cached_pod() -> None:
+    """sizing.bytesPerPod covers what `bench/cache_memory.py --pods` measured per pod, each part
+    at its worst: the pod in the JSON cache (filled by events, or by one LIST at start-up, at
+    its peak) and its protobuf twin (at its peak)."""
+    pods = json.loads((REPO / "bench" / "results" / "cache_memory-pods.json").read_text())["result"]["pods"]
+    n = pods["pods"]
+    after = pods["proxy_started_after"]
+    json_cache = max(pods["proxy"]["rss_growth_per_object_bytes"], after["rss_growth_per_object_bytes"],
+                     after["rss_peak_growth_per_object_bytes"])
+    twin = pods["protobuf_twin"]
+    twin_bytes = max(twin["rss_growth_per_object_bytes"], (twin["rss_peak_hwm_mib"] - pods["proxy"]["rss_peak_hwm_mib"]) * MIB / n)
+    need = json_cache + twin_bytes
+    assert DEFAULT_SIZING["bytesPerPod"] >= need, f"sizing.bytesPerPod: update to the benchmark's {need:.0f} B per pod"
+
+
 def test_values_yaml_documents_every_value() -> None:
     """Every value has a comment right above it, or belongs to an object value documented as a
     whole (resources, securityContext, ...)."""
@@ -424,13 +439,13 @@ def test_values_yaml_documents_every_value() -> None:
 @pytest.mark.parametrize("workers", [1, 3])
 def test_workers_are_passed_and_multiply_the_memory(helm: Helm, workers: int) -> None:
     """Each worker holds its own caches: memory = roundUp(workers x (base + objects))."""
-    deployment = helm.template(values={"proxy": {"workers": workers}, "sizing": {"expectedNodes": 10000}},
+    deployment = helm.template(values={"proxy": {"workers": workers}, "sizing": {"expectedNodes": 10000, "expectedPods": 50000}},
                                show_only="templates/deployment.yaml")[0]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
     assert command[command.index("--workers") + 1] == str(workers)
     s = DEFAULT_SIZING
-    total = workers * (s["baseMiB"] * MIB + 10000 * s["bytesPerNode"])
+    total = workers * (s["baseMiB"] * MIB + 10000 * s["bytesPerNode"] + 50000 * s["bytesPerPod"])
     want = max(s["floorMiB"], math.ceil(total / (s["stepMiB"] * MIB)) * s["stepMiB"])
     assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"] == f"{want}Mi"
 
