@@ -272,8 +272,14 @@ class KubeletConfig(_Model):
         return self
 
 
+# The `role` of a watch cache over the system partition alone: cluster-scoped objects that keep
+# the partition's native resourceVersions (CSIDrivers, RuntimeClasses: what every kubelet watches).
+SYSTEM_CACHE_ROLE: Literal["system"] = "system"
+
+
 class CacheConfig(_Model):
-    """One label-selector-filtered watch cache over every partition of one role.
+    """One label-selector-filtered watch cache over every partition of one role, or over the
+    system partition alone (`role: system`, for its cluster-scoped objects, in native RVs).
 
     `history` is the number of events kept in the ring for resuming watches (the apiserver
     cacher's default watch cache size is 100 per resource; 1000 covers a burst of one event
@@ -288,7 +294,7 @@ class CacheConfig(_Model):
     group: str = ""
     version: str = "v1"
     resource: str
-    role: PartitionRole
+    role: PartitionRole | Literal["system"]
     namespace: str = ""
     label_selector: str = ""
     field_selector: str = ""
@@ -307,9 +313,10 @@ class CacheConfig(_Model):
 
 def _default_caches() -> tuple[CacheConfig, ...]:
     """Nodes and their Leases over the resource partitions; pods and services over the tenant
-    partitions: what every kubelet lists and watches (its Node by name, its pods by
-    `spec.nodeName`, every Service), so a kubelet's watches cost no upstream watch and the
-    partitions see one watch per cache instead of one per kubelet (docs/sizing.md)."""
+    partitions; CSIDrivers and RuntimeClasses of the system partition: what every kubelet lists
+    and watches (its Node by name, its pods by `spec.nodeName`, every Service, CSIDriver and
+    RuntimeClass), so a kubelet's watches cost no upstream watch and the partitions see one
+    watch per cache instead of one per kubelet (docs/sizing.md)."""
     return (
         CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE),
         CacheConfig(
@@ -321,6 +328,8 @@ def _default_caches() -> tuple[CacheConfig, ...]:
         ),
         CacheConfig(name="pods", resource="pods", role=PartitionRole.TENANT),
         CacheConfig(name="services", resource="services", role=PartitionRole.TENANT),
+        CacheConfig(name="csidrivers", group="storage.k8s.io", resource="csidrivers", role=SYSTEM_CACHE_ROLE),
+        CacheConfig(name="runtimeclasses", group="node.k8s.io", resource="runtimeclasses", role=SYSTEM_CACHE_ROLE),
     )
 
 

@@ -57,7 +57,7 @@ rules:
   resources: [users, groups, uids, serviceaccounts, userextras]
   verbs: [impersonate]
 # The proxy's reflectors list and watch what its watch caches hold (by default nodes, node
-# leases, pods and services), with its own credential.
+# leases, pods, services, CSIDrivers and RuntimeClasses), with its own credential.
 - apiGroups: [""]
   resources: [nodes, pods, services, namespaces]
   verbs: [get, list, watch]
@@ -65,7 +65,10 @@ rules:
   resources: [leases]
   verbs: [get, list, watch]
 - apiGroups: ["storage.k8s.io"]
-  resources: [csinodes]
+  resources: [csinodes, csidrivers]
+  verbs: [get, list, watch]
+- apiGroups: ["node.k8s.io"]
+  resources: [runtimeclasses]
   verbs: [get, list, watch]
 # Replicated definitions a TP lacks (one that joined, one that missed a write) are created in it
 # by the proxy itself (proxy/definitions_sync.py).

@@ -207,7 +207,7 @@ def choose(
     `partitions` in `rv_space`, each with its plan. Whether a cache's position lets it answer
     now is decided where the cache lives (`proxy.cache.serve.can_serve`)."""
     for i, spec in enumerate(specs):
-        if rv_space != spec.codec.space or not set(partitions) <= set(spec.codec.space):
+        if rv_space != spec.codec.rv_space or not set(partitions) <= set(spec.codec.space):
             continue
         found = plan(info, query, accept, spec)
         if found is not None:

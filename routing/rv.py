@@ -375,6 +375,11 @@ class RVCodec:
     def set_table(self, table: EpochTable) -> None:
         self.table = table
 
+    @property
+    def rv_space(self) -> tuple[str, ...]:
+        """The partitions of the routes whose RVs this codec speaks (`Route.rv_space`)."""
+        return self.space
+
     def encode(self, vector: Sequence[int]) -> str:
         """The vector-form RV of `vector` (slot order, 0 = unknown). Raises RVUnencodable."""
         return self.table.encode(self.space, vector)
@@ -438,3 +443,44 @@ class RVCodec:
         if not native:
             raise RVNotInSpace(f"resourceVersion names no position in partition {self.space[slot]}")
         return str(native)
+
+
+class NativeCodec(RVCodec):
+    """The "RV space" of one partition's objects that keep their native resourceVersions (the
+    system partition's cluster-scoped objects: CSIDrivers, RuntimeClasses, ...): every RV is
+    the partition's own, so a watch cache of them (role `system`) answers exactly what the
+    partition would, and a client may carry its RVs to the partition when the cache cannot
+    serve. `rv_space` is () as for the routes of such objects (routing.decide.rv_space_of)."""
+
+    __slots__ = ()
+
+    def __init__(self, partition: str) -> None:
+        super().__init__((partition,))
+
+    @property
+    def rv_space(self) -> tuple[str, ...]:
+        return ()
+
+    def encode(self, vector: Sequence[int]) -> str:
+        """The partition's native RV."""
+        return str(vector[0])
+
+    def object_rv(self, slot: int, native: int) -> str:
+        """The native RV itself."""
+        return str(native)
+
+    def decode(self, rv: str) -> tuple[int, ...]:
+        """(native,) for a native RV; raises RVMalformed for anything else."""
+        value = parse_number(rv)
+        if value is None or not 0 < value < NATIVE_LIMIT:
+            raise RVMalformed(f"not a resourceVersion of partition {self.space[0]}: {rv[:64]!r}")
+        return (value,)
+
+    @staticmethod
+    def is_vector_form(rv: str) -> bool:
+        """A native RV is a position in the only partition."""
+        return parse_number(rv) is not None
+
+    def native_for(self, rv: str, slot: int) -> str | None:
+        """Every RV goes to the partition as it is."""
+        return None

@@ -1068,6 +1068,12 @@ def trigger_value(trigger_field: str, selector: FieldSelector) -> str | None:
     return selector.requires_exact_match(trigger_field) if trigger_field else None
 
 
+def is_namespaced(group: str, resource: str) -> bool | None:
+    """Whether a known (group, resource) is namespaced; None when it is not known here."""
+    spec = _RESOURCES.get((group, resource))
+    return None if spec is None else spec.namespaced
+
+
 def selectable_fields(group: str, resource: str, obj: Mapping[str, Any]) -> dict[str, str]:
     """The field set kube-apiserver matches a field selector against (GetAttrs), for one
     decoded v1 object of (group, resource).

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from config import ConfigError
-from config.models import CacheConfig, PartitionRole, ProxyConfig
+from config.models import SYSTEM_CACHE_ROLE, CacheConfig, PartitionRole, ProxyConfig
 from proxy.cache.formats import PROTOBUF_FORMAT
 from proxy.cache.reflector import Reflector
 from proxy.cache.watch_cache import WatchCache
@@ -44,9 +44,9 @@ from proxy.clients.partition import PartitionClient
 from routing import protobuf_items
 from routing import rv as rvcodec
 from routing.cache_policy import CacheSpec
-from routing.decide import RoutingState, owner_by_key
+from routing.decide import NODE_SCOPED, RoutingState, owner_by_key
 from routing.placement import Placement
-from routing.selectors import SelectorError, parse_field_selector, parse_label_selector
+from routing.selectors import SelectorError, is_namespaced, parse_field_selector, parse_label_selector
 
 __all__ = ["CacheSet", "Codecs", "ConfiguredCache", "build_caches"]
 
@@ -100,7 +100,10 @@ def build_caches(config: ProxyConfig, *, codecs: Codecs,
         is_nodes = (spec.group, spec.resource) == ("", "nodes")
         by_name = (spec.group, spec.resource) == ("", "namespaces")
         keep = owner_by_key(by_name, routing) if spec.role is PartitionRole.TENANT else None
-        codec = codecs.codec(config.names(spec.role))
+        if spec.role == SYSTEM_CACHE_ROLE and (is_namespaced(spec.group, spec.resource) or (spec.group, spec.resource) in NODE_SCOPED):
+            raise ConfigError(f"caches.{i}.role: a system cache holds cluster-scoped objects of the system partition; "
+                              f"{spec.resource} are not")
+        codec = cache_codec(spec, config, codecs)
         cache = WatchCache(spec=spec, codec=codec, label_selector=label_selector, field_selector=field_selector,
                            on_node=on_node if is_nodes else None, keep=keep)
         twin = None
@@ -180,7 +183,7 @@ class CacheSet:
         ones start a reflector for each partition that joined."""
         twins = [c.protobuf for c in self._configured if c.protobuf is not None]  # filled or not: same RV space
         for cache in [*self.caches, *twins]:
-            for partition in cache.rebase(codecs.codec(config.names(cache.spec.role))):
+            for partition in cache.rebase(cache_codec(cache.spec, config, codecs)):
                 if cache.filling:
                     self._start_reflector(cache, partition)
         self._policy_specs = tuple(c.policy_spec() for c in self.caches)
@@ -219,6 +222,14 @@ class CacheSet:
         task = asyncio.create_task(_after(self._ready, reflector.run), name=name)
         task.add_done_callback(_log_unexpected_end)
         self._tasks[name] = task
+
+
+def cache_codec(spec: CacheConfig, config: ProxyConfig, codecs: Codecs) -> rvcodec.RVCodec:
+    """The RV codec of a cache: its role's RV space, or for a system cache the system
+    partition's native RVs (rvcodec.NativeCodec)."""
+    if spec.role == SYSTEM_CACHE_ROLE:
+        return rvcodec.NativeCodec(config.system_partition)
+    return codecs.codec(config.names(spec.role))
 
 
 def _task_name(cache: WatchCache, partition: str) -> str:

@@ -1,7 +1,8 @@
-"""A fleet of kubelets' pod and service watches through a proxy with the default caches (nodes,
-node Leases, pods, services): served from the caches, so the partitions' own watch counts do
-not move however many kubelets watch, and each kubelet gets its node's pods from both tenant
-partitions, as the same watch straight at the partition gets them."""
+"""A fleet of kubelets' watches through a proxy with the default caches (nodes, node Leases, pods,
+services, CSIDrivers, RuntimeClasses): served from the caches, so the partitions' own watch
+counts do not move however many kubelets watch; each kubelet gets its node's pods from both
+tenant partitions, and the system partition's CSIDrivers in its native resourceVersions, as the
+same watches straight at the partition get them."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def cached_proxy(kube: Kube, tmp_path: Path) -> Iterator[ProxyProcess]:
 
 
 async def _watch_counts(kube: Kube, resource: str) -> dict[str, float]:
-    """Open WATCH requests of `resource` on each tenant partition (apiserver_longrunning_requests)."""
+    """Open WATCH requests of `resource` (its plural) on each tenant partition
+    (apiserver_longrunning_requests)."""
     counts = {}
     async with aiohttp.ClientSession() as s:
         for p in ("tp1", "tp2"):
@@ -53,17 +55,20 @@ async def _reflector_watch(s: aiohttp.ClientSession, server: str, path: str, ssl
     return resp
 
 
-async def _events(resp: aiohttp.ClientResponse, count: int) -> list[tuple[str, str, str]]:
-    """The first `count` non-bookmark events: (type, namespace, name)."""
-    out: list[tuple[str, str, str]] = []
+async def _events(resp: aiohttp.ClientResponse, count: int, *, rv: bool = False) -> list[tuple[str, ...]]:
+    """The first `count` non-bookmark events: (type, namespace, name[, resourceVersion])."""
+    out: list[tuple[str, ...]] = []
     while len(out) < count:
         line = await asyncio.wait_for(resp.content.readline(), SECONDS)
         assert line, "the watch ended"
         event = json.loads(line)
         if event["type"] != "BOOKMARK":
             meta = event["object"]["metadata"]
-            out.append((event["type"], meta["namespace"], meta["name"]))
+            out.append((event["type"], meta.get("namespace", ""), meta["name"], *((meta["resourceVersion"],) if rv else ())))
     return out
+
+
+CLUSTER_SCOPED = {"csidrivers": "/apis/storage.k8s.io/v1/csidrivers", "runtimeclasses": "/apis/node.k8s.io/v1/runtimeclasses"}
 
 
 async def test_kubelets_pod_and_service_watches_add_no_upstream_watch_and_get_their_pods(
@@ -73,27 +78,38 @@ async def test_kubelets_pod_and_service_watches_add_no_upstream_watch_and_get_th
     for ns in namespaces:
         kube.kubectl("create", "namespace", ns)
     nodes = [f"rp{1 + i % 2}-kw-{unique}-{i}" for i in range(KUBELETS)]
-    before = {r: await _watch_counts(kube, r) for r in ("pods", "services")}
+    resources = ("pods", "services", *CLUSTER_SCOPED)
+    before = {r: await _watch_counts(kube, r) for r in resources}
     server = cached_proxy.server
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
-        pods_watches, services_watches = [], []
+        pods_watches, other_watches, drivers_watches = [], [], []
         for name in nodes:  # each kubelet as itself
             ctx = kube.client_ssl(f"system:node:{name}", ("system:nodes",))
             pods_watches.append(await _reflector_watch(s, server, "/api/v1/pods", ctx, fieldSelector=f"spec.nodeName={name}"))
-            services_watches.append(await _reflector_watch(s, server, "/api/v1/services", ctx))
-        during = {r: await _watch_counts(kube, r) for r in ("pods", "services")}
-        tp1 = kube.fed.partition("tp1").server
-        reference = await _reflector_watch(s, tp1, "/api/v1/pods", kube.partition_ssl("tp1"), fieldSelector=f"spec.nodeName={nodes[0]}")
+            other_watches.append(await _reflector_watch(s, server, "/api/v1/services", ctx))
+            drivers_watches.append(await _reflector_watch(s, server, CLUSTER_SCOPED["csidrivers"], ctx))
+            other_watches.append(await _reflector_watch(s, server, CLUSTER_SCOPED["runtimeclasses"], ctx))
+        during = {r: await _watch_counts(kube, r) for r in resources}
+        tp1, tp1_ssl = kube.fed.partition("tp1").server, kube.partition_ssl("tp1")
+        reference = await _reflector_watch(s, tp1, "/api/v1/pods", tp1_ssl, fieldSelector=f"spec.nodeName={nodes[0]}")
+        drivers_reference = await _reflector_watch(s, tp1, CLUSTER_SCOPED["csidrivers"], tp1_ssl)
         try:
-            assert during == before, "the kubelets' pod and service watches added upstream watches"
+            assert during == before, "the kubelets' watches added upstream watches"
             for i, name in enumerate(nodes):
                 kube.create(pod(namespaces[i % 2], f"on-{i}", name))
             kube.kubectl("delete", "pod", "on-0", "-n", namespaces[0], "--grace-period=0", "--force")
+            kube.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": f"kw-{unique}.example.com"},
+                         "spec": {"attachRequired": False}})
             got = await asyncio.gather(*(_events(w, 3 if i == 0 else 1) for i, w in enumerate(pods_watches)))
             straight = await _events(reference, 3)  # ADDED, MODIFIED (deletionTimestamp), DELETED
+            drivers = await asyncio.gather(*(_events(w, 1, rv=True) for w in drivers_watches))
+            drivers_straight = await _events(drivers_reference, 1, rv=True)
         finally:
-            for resp in (*pods_watches, *services_watches, reference):
+            for resp in (*pods_watches, *other_watches, *drivers_watches, reference, drivers_reference):
                 resp.close()
     assert got[0] == straight
     assert [t for t, _, _ in straight] == ["ADDED", "MODIFIED", "DELETED"]
     assert got[1:] == [[("ADDED", namespaces[i % 2], f"on-{i}")] for i in range(1, KUBELETS)]
+    # the system partition's own event, its native resourceVersion included
+    assert drivers == [drivers_straight] * KUBELETS
+    assert drivers_straight[0][:3] == ("ADDED", "", f"kw-{unique}.example.com")

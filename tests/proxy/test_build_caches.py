@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from config import parse_config
+import pytest
+
+from config import ConfigError, parse_config
 from proxy.app import build_caches
+from routing import rv as rvcodec
 from tests.config.test_load import _valid
 
 
@@ -25,3 +28,20 @@ def test_readable_resources_get_a_protobuf_twin_unless_turned_off() -> None:
         {"name": "events", "resource": "events", "role": "tenant"},  # involvedObject.* not read from protobuf
         {"name": "widgets", "group": "example.com", "resource": "widgets", "role": "tenant"},  # no protobuf
     ]) == {"nodes": "nodes-protobuf", "leases": "leases-protobuf", "pods": None, "events": None, "widgets": None}
+
+
+def test_a_system_cache_speaks_the_system_partitions_native_rvs() -> None:
+    doc = _valid()
+    doc["caches"] = [{"name": "csidrivers", "group": "storage.k8s.io", "resource": "csidrivers", "role": "system"}]
+    config = parse_config(doc)
+    [built], _ = build_caches(config)
+    assert isinstance(built.cache.codec, rvcodec.NativeCodec)
+    assert built.cache.space == (config.system_partition,) and built.cache.codec.rv_space == ()
+
+
+@pytest.mark.parametrize(("group", "resource"), [("", "pods"), ("", "nodes"), ("storage.k8s.io", "csinodes")])
+def test_a_system_cache_of_namespaced_or_node_objects_fails_naming_the_field(group: str, resource: str) -> None:
+    doc = _valid()
+    doc["caches"] = [{"name": "c", "group": group, "resource": resource, "role": "system"}]
+    with pytest.raises(ConfigError, match=r"^caches\.0\.role: a system cache holds cluster-scoped objects"):
+        build_caches(parse_config(doc))

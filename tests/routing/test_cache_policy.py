@@ -1,10 +1,15 @@
-"""Which representation a cached answer takes: routing.cache_policy's Accept rules."""
+"""Which requests a cache answers and in which representation: routing.cache_policy."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from routing.cache_policy import accepts_plain_json, prefers_protobuf
+from routing import rv as rvcodec
+from routing.cache_policy import CacheMode, CacheSpec, accepts_plain_json, choose, prefers_protobuf
+from routing.requestinfo import parse_request_info
+from routing.selectors import parse_field_selector, parse_label_selector
 
 
 @pytest.mark.parametrize(
@@ -23,3 +28,40 @@ from routing.cache_policy import accepts_plain_json, prefers_protobuf
 def test_protobuf_is_preferred_only_when_it_is_the_first_media_range(accept: str, protobuf: bool, json: bool) -> None:
     assert prefers_protobuf(accept) is protobuf
     assert accepts_plain_json(accept) is json
+
+
+# -- a system cache: the system partition's cluster-scoped objects in native RVs ----------------
+
+SYSTEM = CacheSpec(group="storage.k8s.io", resource="csidrivers", namespace="", label_selector=parse_label_selector(""),
+                   field_selector=parse_field_selector(""), codec=rvcodec.NativeCodec("tp1"))
+CSIDRIVERS = "/apis/storage.k8s.io/v1/csidrivers"
+
+
+def _choose(query: dict[str, str], *, rv_space: tuple[str, ...] = (), partitions: tuple[str, ...] = ("tp1",)) -> list[CacheMode]:
+    info = parse_request_info("GET", CSIDRIVERS, query)
+    return [plan.mode for _, plan in choose([SYSTEM], info, query, "application/json", rv_space=rv_space, partitions=partitions)]
+
+
+def test_a_system_cache_answers_the_system_partitions_routes_in_native_rvs() -> None:
+    assert _choose({"resourceVersion": "0"}) == [CacheMode.LIST]
+    assert _choose({"watch": "1", "resourceVersion": "4711"}) == [CacheMode.WATCH]
+    # another partition's route, or a route in a merged RV space, is not the cache's
+    assert _choose({"resourceVersion": "0"}, partitions=("tp2",)) == []
+    assert _choose({"resourceVersion": "0"}, rv_space=("tp1", "tp2")) == []
+    # an RV the partition never issued (a proxy RV) goes upstream, which answers it
+    assert _choose({"watch": "1", "resourceVersion": str(rvcodec.OBJECT_MARKER + 5)}) == []
+
+
+@given(st.integers(1, rvcodec.NATIVE_LIMIT - 1))
+def test_the_native_codec_speaks_the_partitions_own_rvs(native: int) -> None:
+    codec = rvcodec.NativeCodec("tp1")
+    assert codec.encode([native]) == codec.object_rv(0, native) == str(native)
+    assert codec.decode(str(native)) == (native,)
+    assert codec.native_for(str(native), 0) is None  # sent to the partition as it is
+    assert codec.rv_space == () and codec.space == ("tp1",)
+
+
+@pytest.mark.parametrize("rv", ["abc", "-1", "0", str(rvcodec.NATIVE_LIMIT), "1.5"])
+def test_the_native_codec_refuses_what_is_no_native_rv(rv: str) -> None:
+    with pytest.raises(rvcodec.RVMalformed):
+        rvcodec.NativeCodec("tp1").decode(rv)
