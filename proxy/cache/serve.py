@@ -31,6 +31,23 @@ _NO_HEADERS: CIMultiDict[str] = CIMultiDict()  # the writers add Content-Type (s
 LIST_BATCH = 1000
 
 
+def too_old(cache: WatchCache, plan: CachePlan) -> bool:
+    """Whether `plan` is a watch resumed from an RV the cache has passed but can no longer replay
+    from (its ring's floor is later: evicted, or before this process started)."""
+    return (plan.mode is CacheMode.WATCH and not plan.send_initial_events and plan.vector is not None
+            and cache.is_synced and cache.too_old(plan.vector))
+
+
+async def serve_expired(writer: ResponseWriter, cache: WatchCache, rv: str) -> None:
+    """The cacher's answer to a watch from a too old RV: a watch stream of one ERROR event
+    carrying a 410 Expired Status (k8s.io/apiserver/pkg/storage/cacher/cacher.go: `newErrWatcher`,
+    "to match the uncached watch implementation"), so the client relists from the cache instead of
+    holding a watch on the partitions."""
+    await writer.start(200, _NO_HEADERS, content_type=cache.format.watch_content_type)
+    await writer.write(cache.format.expired(f"too old resource version: {rv}"))
+    await writer.end()
+
+
 def can_serve(cache: WatchCache, plan: CachePlan) -> bool:
     """Whether the cache is at a position that lets it answer `plan`."""
     if not cache.is_synced or not cache.rv:

@@ -563,6 +563,13 @@ class CacheStore:
         resume here if this process never held them (its field 0 here, as after a restart)."""
         return all(f <= r <= v for f, r, v in zip(self._floor, vector, self._vector))
 
+    def too_old(self, vector: tuple[int, ...]) -> bool:
+        """Whether a watch from `vector` cannot be resumed because the ring no longer (or, after
+        a restart, never) held the events after it in some live partition, while the cache is
+        past it everywhere: kube-apiserver's cacher answers such a watch 410 Expired ("too old
+        resource version", watch_cache.go getAllEventsSinceLocked) and the client relists."""
+        return self.reached(vector) and any(vector[i] < self._floor[i] for i in self.codec.live_slots)
+
     def reached(self, vector: tuple[int, ...]) -> bool:
         """Whether the cache is at or past `vector` in every live partition."""
         return all(vector[i] <= self._vector[i] for i in self.codec.live_slots)

@@ -197,6 +197,9 @@ class WatchCache:
     def reached(self, vector: tuple[int, ...]) -> bool:
         return self._store.reached(vector)
 
+    def too_old(self, vector: tuple[int, ...]) -> bool:
+        return self._store.too_old(vector)
+
     def events_after(self, vector: tuple[int, ...]) -> list[CachedEvent]:
         return self._store.events_after(vector)
 

@@ -12,7 +12,7 @@ prefix limits a cached answer to that partition's share.
 from __future__ import annotations
 
 from proxy import answers
-from proxy.cache.serve import can_serve, serve_get, serve_list, serve_watch
+from proxy.cache.serve import can_serve, serve_expired, serve_get, serve_list, serve_watch, too_old
 from proxy.cache.watch_cache import WatchCache
 from proxy.clients.partition import InvalidRequest
 from proxy.context import ProxyContext
@@ -79,7 +79,8 @@ class Dispatch:
         for index, found in choose(ctx.cache_set.policy_specs, ex.info, request.query, accept,
                                    rv_space=route.rv_space, partitions=route.partitions):
             cache = self._in_format(index, found, accept)
-            if not can_serve(cache, found):
+            expired = too_old(cache, found)
+            if not expired and not can_serve(cache, found):
                 continue
             ex.route_kind, ex.target = "serve-from-cache", cache.spec.name
             partitions = [route.partitions[0]] if pinned else list(cache.space)
@@ -88,7 +89,9 @@ class Dispatch:
                 await ex.respond(answers.forbidden(ex.identity, ex.info, decision.reason))
                 return True
             slot = cache.space.index(route.partitions[0]) if pinned else None
-            if found.mode is CacheMode.LIST:
+            if expired:
+                await serve_expired(ex.writer, cache, request.query.get("resourceVersion", ""))
+            elif found.mode is CacheMode.LIST:
                 await serve_list(ex.writer, cache, found, slot)
             elif found.mode is CacheMode.WATCH:
                 behind = ctx.metrics.watchers_behind.labels(cache.spec.name)

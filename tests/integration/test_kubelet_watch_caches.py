@@ -113,3 +113,42 @@ async def test_kubelets_pod_and_service_watches_add_no_upstream_watch_and_get_th
     # the system partition's own event, its native resourceVersion included
     assert drivers == [drivers_straight] * KUBELETS
     assert drivers_straight[0][:3] == ("ADDED", "", f"kw-{unique}.example.com")
+
+
+async def _first_event(resp: aiohttp.ClientResponse) -> tuple[int, str, int, str]:
+    """(HTTP status, type, Status code, Status reason) of a watch's first event."""
+    event = json.loads(await asyncio.wait_for(resp.content.readline(), SECONDS))
+    return resp.status, event["type"], event["object"].get("code", 0), event["object"].get("reason", "")
+
+
+async def test_a_watch_from_before_a_restarted_proxys_caches_is_expired_and_holds_no_upstream_watch(
+    kube: Kube, tmp_path: Path, unique: str
+) -> None:
+    """Kubelets resuming after their proxy restarted carry RVs older than the new caches' start.
+    Like kube-apiserver's cacher for an RV older than its window (watch_cache.go
+    getAllEventsSinceLocked: "too old resource version", sent as one ERROR event by cacher.go's
+    newErrWatcher), the proxy answers 410 Expired and the client relists from the cache, instead
+    of holding a watch on every tenant partition until it ends (5-10 minutes, per kubelet)."""
+    ns = f"acme{unique}-old"
+    kube.kubectl("create", "namespace", ns)
+    ctx = kube.client_ssl()
+    async with aiohttp.ClientSession() as s:
+        async with s.get(kube.proxy.server + "/api/v1/pods", ssl=ctx) as resp:  # a union list: a vector RV of the TPs
+            old = (await resp.json())["metadata"]["resourceVersion"]
+    kube.create(pod(ns, "after", "rp1-x"))
+    restarted = ProxyProcess(kube.fed, tmp_path / "restarted").start()  # its pods cache starts past `old`
+    try:
+        before = await _watch_counts(kube, "pods")
+        url = restarted.server + "/api/v1/pods"
+        async with aiohttp.ClientSession() as s:
+            resumed = [await s.get(url, params={"watch": "1", "resourceVersion": old}, ssl=ctx) for _ in range(5)]
+            during = await _watch_counts(kube, "pods")
+            answers = [await _first_event(r) for r in resumed]
+            for r in resumed:
+                r.close()
+            relisted = await _reflector_watch(s, restarted.server, "/api/v1/pods", ctx, fieldSelector="spec.nodeName=rp1-x")
+            relisted.close()
+    finally:
+        restarted.stop()
+    assert answers == [(200, "ERROR", 410, "Expired")] * 5
+    assert during == before, "resumed watches held upstream watches"
