@@ -25,6 +25,7 @@ import os
 import random
 import platform
 import resource
+import shutil
 import signal
 import ssl
 import statistics
@@ -240,6 +241,25 @@ def install_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+
+
+def run_steps(steps: Iterable[Any], run_step: Callable[[Any], dict[str, Any]], root: Path, *, keep: bool) -> tuple[list[dict[str, Any]], bool]:
+    """Each step's result, in order, and whether Ctrl-C/SIGTERM (`install_sigterm`) cut the run
+    short. Signals are ignored once the steps are over (the caller stops and reports); `root`,
+    a benchmark's federation root, is deleted after the run unless `keep`, always when cut."""
+    results: list[dict[str, Any]] = []
+    interrupted = False
+    try:
+        for step in steps:
+            results.append(run_step(step))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if interrupted or not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return results, interrupted
 
 
 # -- node objects ---------------------------------------------------------------------------

@@ -96,6 +96,7 @@ from bench.common import (
     percentile,
     ratio,
     rss_bytes,
+    run_steps,
 )
 from bench.union_watch import schedstat
 from hack.controlplane import KWOK_SELECTOR, ControlPlane, DirectControlPlane, HollowNode, kwok_node
@@ -1367,8 +1368,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("density: matplotlib missing: `make venv` (the test extra) installs it", file=sys.stderr)
         return 2
 
-    interrupted = False
-
     def on_signal(signum: int, frame: object) -> None:
         # once: the cleanup in the finally blocks must not be interrupted by a second signal
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -1390,16 +1389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if ARTIFACTS.exists():
         shutil.rmtree(ARTIFACTS)
-    try:
-        for nodes in params.steps:
-            doc["steps"].append(run_step(params, nodes, root))
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if interrupted or not params.keep:
-            shutil.rmtree(root, ignore_errors=True)
+    doc["steps"], interrupted = run_steps(params.steps, lambda nodes: run_step(params, nodes, root), root, keep=params.keep)
     if interrupted:
         log(f"interrupted: every process stopped, {root} deleted")
         return 130

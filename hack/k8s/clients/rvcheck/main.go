@@ -12,6 +12,7 @@
 //	rvcheck h2watch     --kubeconfig K --nodes n1,n2 [--watches N] [--slow-stream] ...    (h2watch.go)
 //	rvcheck h2ping      --kubeconfig K [--interval 100ms] [--duration 30s] ...           (h2ping.go)
 //	rvcheck requests    --kubeconfig K --op get|renew-lease|... [--concurrency 16] ...  (requests.go)
+//	rvcheck fleet       --kubeconfig K --ca-cert C --ca-key K --nodes-file F ...        (fleet.go)
 //
 // leases: a SharedInformer on Leases in kube-node-lease plus one renewer per named Lease that
 // updates spec.renewTime every interval, as the kubelet's node lease controller does
@@ -74,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		report, err = runH2WatchCommand(args[1:], stderr)
 	case "requests":
 		report, err = runRequestsCommand(args[1:], stderr)
+	case "fleet":
+		report, err = runFleetCommand(args[1:], stderr)
 	case "h2ping":
 		var o h2pingOptions
 		if o, err = parseH2PingFlags(args[1:]); err == nil {
@@ -112,7 +115,8 @@ const usage = `usage:
   rvcheck pod-watch   --kubeconfig K1[,K2] --run TAG [--expect M] [--duration D] [--idle D] [--ready-file F] [--events-out F] [--progress D] [--name N] [--content-type protobuf|json]
   rvcheck h2watch     --kubeconfig K --nodes n1,n2,... [--pods-per-node=true|false] [--watches N] [--per-connection N] [--consistent-list] [--duration D] [--expect-events E] [--slow-stream] [--stream-window BYTES] [--ready-file F] [--content-type protobuf|json]
   rvcheck h2ping      --kubeconfig K [--interval D] [--duration D] [--ready-file F]
-  rvcheck requests    --kubeconfig K --op get|renew-lease|patch-status|list --namespace NS [--names a,b] [--concurrency C] [--duration D] [--warmup D] [--content-type protobuf|json]`
+  rvcheck requests    --kubeconfig K --op get|renew-lease|patch-status|list --namespace NS [--names a,b] [--concurrency C] [--duration D] [--warmup D] [--content-type protobuf|json]
+  rvcheck fleet       --kubeconfig K --ca-cert CA.crt --ca-key CA.key (--nodes-file F | --node-prefix P --count N) [--pin] [--duration D] [--ramp R] [--status-interval D] [--lease-interval D] [--report-interval D] [--status-file F] [--mark-file F] [--cpu-profile F] [--content-type protobuf|json]`
 
 // commonFlags are the flags every subcommand takes.
 type commonFlags struct {
