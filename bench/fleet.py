@@ -768,7 +768,11 @@ def run_step(p: Params, n: int, root: Path) -> dict[str, Any]:
         step = prepare(p, n, fed, proxies[0], clients)
         result["setup_s"] = round(time.monotonic() - t0, 1)
         for side in p.sides:
-            result[side] = run_side(step, side)
+            try:
+                result[side] = run_side(step, side)
+            except RuntimeError as exc:  # a fleet that could not open its watches: where it stops, and why
+                log(f"[{side}-{n}] stopped: {exc}")
+                result[side] = {"side": side, "stopped": str(exc)[:4000]}
             clients.stop_all()
     finally:
         clients.stop_all()

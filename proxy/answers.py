@@ -81,6 +81,12 @@ def forbidden(identity: Identity, info: RequestInfo, reason: str = "") -> Answer
     return status_answer(403, "Forbidden", message, details=details)
 
 
+def authorization_error(message: str) -> Answer:
+    """500 InternalError: the partitions that authorize a request could not be asked (kube-apiserver's
+    answer when its authorizer fails: responsewriters.InternalError, "Internal error occurred: ...")."""
+    return status_answer(500, "InternalError", f"Internal error occurred: {message}")
+
+
 def forbidden_message(message: str) -> Answer:
     """403 with a message already worded (a denied impersonation)."""
     return status_answer(403, "Forbidden", message)

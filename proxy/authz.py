@@ -42,8 +42,13 @@ _CACHE_SIZE = 50_000
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """A partition's answer. `error`: it could not be asked (down, overloaded, timed out): not a
+    denial, which kube-apiserver's authorization filter answers 500 InternalError, not 403
+    (k8s.io/apiserver/pkg/endpoints/filters/authorization.go)."""
+
     allowed: bool
     reason: str = ""
+    error: bool = False
 
 
 class Authorizer:
@@ -61,10 +66,10 @@ class Authorizer:
         if trust and self.trusted.intersection(identity.groups):
             return Decision(True)
         answers = await asyncio.gather(*(self._ask(identity, attributes, p) for p in partitions))
-        for decision in answers:
-            if not decision.allowed:
-                return decision
-        return Decision(True)
+        denied = [decision for decision in answers if not decision.allowed]
+        if not denied:
+            return Decision(True)
+        return next((d for d in denied if not d.error), denied[0])  # a denial wins over an error
 
     async def _ask(self, identity: Identity, attributes: dict[str, Any], partition: str) -> Decision:
         # A digest of the attributes: orjson's output buffer is over-allocated (2 KiB held for a
@@ -80,7 +85,7 @@ class Authorizer:
         try:
             status = await post_review(self.clients[partition], "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
         except ReviewError as exc:
-            return Decision(False, str(exc))  # not cached: the next request asks again
+            return Decision(False, str(exc), error=True)  # not cached: the next request asks again
         decision = Decision(bool(status.get("allowed")) and not status.get("denied"), status.get("reason", ""))
         self.cache[key] = decision
         return decision
