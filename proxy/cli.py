@@ -1,5 +1,6 @@
-"""Command line: `partition-proxy serve --config FILE [--workers N] [--check-config]` and
-`partition-proxy kubeconfig ...`.
+"""Command line: `partition-proxy serve --config FILE [--workers N] [--check-config]`,
+`partition-proxy kubeconfig ...` and `partition-proxy size --nodes N --pods P ...` (the sizing
+model of docs/sizing.md: proxy/sizing.py).
 
 `serve --workers N` runs N worker processes on the one port (proxy/workers.py); the default is
 the CPUs the process may use (affinity and cgroup quota); `--workers 1` serves in this process.
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import faulthandler
+import json
 import logging
 import os
 import signal
@@ -30,6 +32,7 @@ from config import ConfigError, load_config
 from config.models import ListenConfig, ProxyConfig
 from proxy.app import ProxyApp, build_caches, build_resource_versions
 from proxy.fronts.listener import offer_alpn
+from proxy.sizing import Federation, estimate
 from proxy.workers import WORKER_ENV, available_cpus, run_workers
 from proxy.kubeconfig_cmd import (
     DEFAULT_SCHEDULER_NAME,
@@ -88,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "kubeconfig":
         return _kubeconfig(args)
+    if args.command == "size":
+        return _size(args)
     if args.check_config:
         return _check_config(args.config)
     return _serve(args)
@@ -104,7 +109,39 @@ def _parser() -> argparse.ArgumentParser:
         description="Write a kubeconfig whose server URL carries the partition path prefix "
         "/partitions/<name>, with the CA and the client credentials embedded.",
     ))
+    _add_size_flags(sub.add_parser(
+        "size",
+        help="replicas, cores, memory, watches and connections of a proxy tier for a federation (docs/sizing.md)",
+        description="The sizing model of docs/sizing.md, every coefficient from a committed benchmark run.",
+    ))
     return parser
+
+
+def _add_size_flags(size: argparse.ArgumentParser) -> None:
+    """The flags of `size`."""
+    size.add_argument("--nodes", type=_non_negative_int, required=True, help="nodes (one kubelet each)")
+    size.add_argument("--pods", type=_non_negative_int, required=True, help="pods, federation-wide")
+    size.add_argument("--tenant-partitions", type=_positive_int, required=True)
+    size.add_argument("--resource-partitions", type=_positive_int, required=True)
+    size.add_argument("--kubelets-per-replica", type=_positive_int, default=Federation.kubelets_per_replica)
+    size.add_argument("--pods-started-per-second", type=float, default=Federation.pods_started_per_second,
+                      help="pod churn, federation-wide")
+    size.add_argument("--workers", type=_positive_int, default=Federation.workers, help="worker processes per replica")
+
+
+def _size(args: argparse.Namespace) -> int:
+    """`size`: the estimate as JSON on stdout. Errors: one line, 2."""
+    try:
+        answer = estimate(Federation(
+            nodes=args.nodes, pods=args.pods, tenant_partitions=args.tenant_partitions,
+            resource_partitions=args.resource_partitions, kubelets_per_replica=args.kubelets_per_replica,
+            pods_started_per_second=args.pods_started_per_second, workers=args.workers,
+        ))
+    except ValueError as exc:
+        print(f"partition-proxy size: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(answer.as_dict(), indent=2))
+    return 0
 
 
 def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
@@ -188,6 +225,13 @@ def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
         return uvloop.new_event_loop
     return None
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
 
 
 def _positive_int(text: str) -> int:

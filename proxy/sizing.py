@@ -1,0 +1,166 @@
+"""The sizing model behind `partition-proxy size`: replicas, cores, memory, watches and
+connections of a proxy tier for a federation. Pure: no I/O (the CLI prints `estimate`'s answer).
+
+    Federation(nodes, pods, tenant_partitions, resource_partitions, kubelets_per_replica,
+               pods_started_per_second, workers)
+    estimate(federation) -> Estimate        what the tier needs; every figure a plain number
+    Estimate.as_dict()                      for JSON (`partition-proxy size -o json`)
+
+Every coefficient is a figure of a named benchmark run committed in `bench/results/` (below, each
+with its file and field); `tests/proxy/test_sizing.py` reads those files and fails when a
+coefficient no longer matches the run it names, and checks the model against the measured
+points it was not fitted on (docs/sizing.md, "The model"). The model is linear in what it counts:
+
+- memory per replica = workers x (base + a control plane's clients + nodes x per-node + pods x
+  per-pod) + kubelets of the replica x per-kubelet: each worker process holds its own copy of every
+  cache (nodes with their Leases, pods; protobuf twins included), the kubelets' own state
+  (their connections, cache watchers, identities) is held once, by the worker serving each;
+- CPU per replica (cores) = its kubelets x CPU per kubelet-second (Lease renewals, status
+  patches, their watches' events) + its share of pod starts x CPU per pod started;
+- replicas = ceil(nodes / kubelets per replica), at least 2 (one may roll);
+- upstream watches per partition = replicas x workers x the default caches over it (twins
+  included): independent of the number of kubelets;
+- upstream connections per partition <= those watches + replicas x workers x the idle pool
+  of the partition transport (`MAX_IDLE_PER_ENDPOINT`).
+
+Limits it reports rather than models: more than `MAX_PARTITIONS_PER_RV_SPACE` partitions of one
+role (one resourceVersion space: docs/resource-versions.md, "Bits per field"), and a replica
+whose CPU exceeds its workers' cores (raise workers or lower kubelets per replica).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MIB = 1024 * 1024
+
+# -- coefficients (each from a committed benchmark run; tests/proxy/test_sizing.py checks them) --
+
+# bytes; an idle proxy worker with empty caches: bench/results/cache_memory.json
+# result.proxy_all.rss_before_mib (91.28 MiB).
+BASE_BYTES = 95_714_017
+# bytes; what serving a control plane adds (2 kube-schedulers, 4 kube-controller-managers, kwok:
+# their ~170 watches and informers' lists): bench/results/density.json steps[0].proxy.
+# proxy_rss_mib.before_nodes (102.18 MiB) less BASE_BYTES.
+CONTROL_PLANE_BYTES = 11_429_478
+# bytes per node: its Node and its Lease in the caches, with both protobuf twins, each at its
+# steady growth: bench/results/cache_memory.json result.proxy_all.rss_growth_per_object_bytes
+# + proxy_all_protobuf_twin.rss_growth_per_object_bytes + proxy_leases.rss_growth_per_object_bytes
+# + proxy_leases.protobuf_twin.rss_growth_per_object_bytes.
+NODE_BYTES = 9_614  # 3,940 + 2,981 + 1,271 + 1,422
+# bytes per pod: the pod in the JSON cache and its protobuf twin, steady:
+# bench/results/cache_memory-pods.json result.pods.rss_growth_per_pod_json_and_twin_bytes.
+POD_BYTES = 9_524
+# bytes per kubelet served (its connection, its five cache watchers, its identity) and CPU
+# microseconds per kubelet-second (a Lease renewal every 10 s, a status patch every 60 s, the
+# events of its watches): bench/results/fleet.json, step of FITTED_KUBELETS kubelets, proxy side
+# (rss_per_kubelet_bytes, cpu_us_per_kubelet_s). The CPU figure is an upper bound: at 2,500
+# kubelets the proxy spent 86.7 us per kubelet-second (more work per loop turn under load), so
+# the model over-predicts larger fleets' CPU (by 44 % there: docs/sizing.md).
+KUBELET_BYTES = 106_832
+KUBELET_CPU_US_PER_S = 125.33
+FITTED_KUBELETS = 1000
+# CPU seconds of the proxy per pod started (its create, the scheduler's watch and binding, the
+# kubelet's watch and status patches, kwok's and the controllers' traffic): bench/results/
+# density.json and density-5000.json steps[0] (1,000 and 5,000 kwok nodes, 2,000 pods each, every
+# Lease renewed on its cadence): proxy.cpu_during_pods.proxy.cpu_s = nodes x window x
+# KWOK_NODE_CPU_US_PER_S + pods x POD_START_CPU_S, solved for both from the two runs.
+POD_START_CPU_S = 0.008093
+# CPU microseconds per kwok node-second (its Lease renewed every 10 s by kwok over a few shared
+# connections, no watch of its own: cheaper than a kubelet), from the same two runs.
+KWOK_NODE_CPU_US_PER_S = 60.59
+
+# -- limits ---------------------------------------------------------------------------------
+
+# partitions of one role (one RV space) beyond which epochs roll over in seconds at 5,000
+# writes/s: docs/resource-versions.md, "Bits per field and how long an epoch lasts".
+MAX_PARTITIONS_PER_RV_SPACE = 6
+MIN_REPLICAS = 2  # one replica may be rolling or restarting while the others serve
+# idle keep-alive connections a worker keeps per partition: the partition transport's pool
+# (proxy.clients.transport.MAX_IDLE_PER_ENDPOINT; equal, tests/proxy/test_sizing.py)
+MAX_IDLE_PER_ENDPOINT = 64
+# the default caches (config.models._default_caches) by the partitions they watch, each with its
+# protobuf twin once a protobuf-first client (every kubelet) asked: upstream watches per worker
+CACHE_WATCHES_RESOURCE_PARTITION = 4  # nodes, node-leases, and their twins
+CACHE_WATCHES_TENANT_PARTITION = 3  # pods and its twin, services (no twin: read from JSON)
+CACHE_WATCHES_SYSTEM_PARTITION_EXTRA = 4  # csidrivers, runtimeclasses, and their twins
+
+
+@dataclass(frozen=True)
+class Federation:
+    """What a federation holds and how its proxy tier is run. `pods_started_per_second` is the
+    pod churn the tier must carry (pods created and run per second, federation-wide)."""
+
+    nodes: int
+    pods: int
+    tenant_partitions: int
+    resource_partitions: int
+    kubelets_per_replica: int = 5000
+    pods_started_per_second: float = 20.0
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The proxy tier for a `Federation`: per replica, and per partition."""
+
+    replicas: int
+    kubelets_per_replica: int
+    memory_per_replica_mib: float
+    cores_per_replica: float
+    upstream_watches_per_tenant_partition: int
+    upstream_watches_per_resource_partition: int
+    upstream_watches_system_partition: int
+    upstream_connections_per_partition_max: int
+    warnings: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "warnings": list(self.warnings)}
+
+
+def replica_memory_bytes(nodes: int, pods: int, kubelets: int, workers: int = 1, *, control_plane: bool = True) -> float:
+    """Bytes of RSS of one replica holding every node and pod in its caches and serving
+    `kubelets` kubelets and, unless `control_plane` is false, a control plane's schedulers and
+    controllers (counted in every replica: any may serve them)."""
+    base = BASE_BYTES + (CONTROL_PLANE_BYTES if control_plane else 0)
+    return workers * (base + nodes * NODE_BYTES + pods * POD_BYTES) + kubelets * KUBELET_BYTES
+
+
+def replica_cores(kubelets: int, pods_started_per_second: float) -> float:
+    """Cores one replica uses for `kubelets` kubelets and its share of pod starts."""
+    return kubelets * KUBELET_CPU_US_PER_S / 1e6 + pods_started_per_second * POD_START_CPU_S
+
+
+def estimate(f: Federation) -> Estimate:
+    """The tier `f` needs. Raises ValueError for counts below 1 (partitions, kubelets per
+    replica, workers) or negative counts."""
+    if min(f.tenant_partitions, f.resource_partitions, f.kubelets_per_replica, f.workers) < 1 or min(f.nodes, f.pods) < 0:
+        raise ValueError("partitions, kubelets per replica and workers must be at least 1; nodes and pods not negative")
+    replicas = max(MIN_REPLICAS, math.ceil(f.nodes / f.kubelets_per_replica))
+    kubelets = math.ceil(f.nodes / replicas)
+    cores = replica_cores(kubelets, f.pods_started_per_second / replicas)
+    per_worker = replicas * f.workers
+    warnings = []
+    for role, count in (("tenant", f.tenant_partitions), ("resource", f.resource_partitions)):
+        if count > MAX_PARTITIONS_PER_RV_SPACE:
+            warnings.append(f"{count} {role} partitions in one resourceVersion space: more than "
+                            f"{MAX_PARTITIONS_PER_RV_SPACE} roll epochs over in seconds at 5,000 writes/s "
+                            f"(docs/resource-versions.md); split them into groups the proxy does not offer yet")
+    if cores > 0.8 * f.workers:
+        warnings.append(f"{cores:.2f} cores per replica for {f.workers} worker(s) of one core each: "
+                        f"raise workers or lower kubelets per replica")
+    watches_tp = per_worker * CACHE_WATCHES_TENANT_PARTITION
+    return Estimate(
+        replicas=replicas,
+        kubelets_per_replica=kubelets,
+        memory_per_replica_mib=round(replica_memory_bytes(f.nodes, f.pods, kubelets, f.workers) / MIB, 1),
+        cores_per_replica=round(cores, 3),
+        upstream_watches_per_tenant_partition=watches_tp,
+        upstream_watches_per_resource_partition=per_worker * CACHE_WATCHES_RESOURCE_PARTITION,
+        upstream_watches_system_partition=watches_tp + per_worker * CACHE_WATCHES_SYSTEM_PARTITION_EXTRA,
+        upstream_connections_per_partition_max=per_worker * (CACHE_WATCHES_TENANT_PARTITION + CACHE_WATCHES_SYSTEM_PARTITION_EXTRA
+                                                             + MAX_IDLE_PER_ENDPOINT),
+        warnings=tuple(warnings),
+    )
