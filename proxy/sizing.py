@@ -43,8 +43,8 @@ MIB = 1024 * 1024
 BASE_BYTES = 95_714_017
 # bytes; what serving a control plane adds (2 kube-schedulers, 4 kube-controller-managers, kwok:
 # their ~170 watches and informers' lists): bench/results/density.json steps[0].proxy.
-# proxy_rss_mib.before_nodes (102.18 MiB) less BASE_BYTES.
-CONTROL_PLANE_BYTES = 11_429_478
+# proxy_rss_mib.before_nodes (102.48 MiB) less BASE_BYTES.
+CONTROL_PLANE_BYTES = 11_744_051
 # bytes per node: its Node and its Lease in the caches, with both protobuf twins, each at its
 # steady growth: bench/results/cache_memory.json result.proxy_all.rss_growth_per_object_bytes
 # + proxy_all_protobuf_twin.rss_growth_per_object_bytes + proxy_leases.rss_growth_per_object_bytes
@@ -67,10 +67,10 @@ FITTED_KUBELETS = 1000
 # density.json and density-5000.json steps[0] (1,000 and 5,000 kwok nodes, 2,000 pods each, every
 # Lease renewed on its cadence): proxy.cpu_during_pods.proxy.cpu_s = nodes x window x
 # KWOK_NODE_CPU_US_PER_S + pods x POD_START_CPU_S, solved for both from the two runs.
-POD_START_CPU_S = 0.008093
+POD_START_CPU_S = 0.008505
 # CPU microseconds per kwok node-second (its Lease renewed every 10 s by kwok over a few shared
 # connections, no watch of its own: cheaper than a kubelet), from the same two runs.
-KWOK_NODE_CPU_US_PER_S = 60.59
+KWOK_NODE_CPU_US_PER_S = 58.95
 
 # -- limits ---------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from tests.federation import Kube, pod
 
 SECONDS = 20.0  # upper bound for one wait; events arrive in milliseconds
 KUBELETS = 40
+NOISE = 2  # upstream watches other clients may open or close while the counts are read
 
 
 @pytest.fixture
@@ -94,7 +95,10 @@ async def test_kubelets_pod_and_service_watches_add_no_upstream_watch_and_get_th
         reference = await _reflector_watch(s, tp1, "/api/v1/pods", tp1_ssl, fieldSelector=f"spec.nodeName={nodes[0]}")
         drivers_reference = await _reflector_watch(s, tp1, CLUSTER_SCOPED["csidrivers"], tp1_ssl)
         try:
-            assert during == before, "the kubelets' watches added upstream watches"
+            grown = {r: {p: during[r][p] - before[r][p] for p in before[r]} for r in resources}
+            # other clients of the shared partitions (the test proxy's reflectors re-watching)
+            # move a count by one or two; without the caches each TP gains one per kubelet
+            assert all(g <= NOISE for counts in grown.values() for g in counts.values()), grown
             for i, name in enumerate(nodes):
                 kube.create(pod(namespaces[i % 2], f"on-{i}", name))
             kube.kubectl("delete", "pod", "on-0", "-n", namespaces[0], "--grace-period=0", "--force")
