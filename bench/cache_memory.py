@@ -260,7 +260,7 @@ async def measure_leases(setup: Setup, sessions: dict[str, aiohttp.ClientSession
 
 def pods_cache() -> list[dict[str, Any]]:
     """The proxy's caches config of the pods measurement: all pods over the tenant partitions
-    (as the proxy's default pods cache, config/models.py `_default_caches`)."""
+    (as the proxy's default pods cache, config/models.py `default_caches`)."""
     return [{"name": PODS, "resource": "pods", "role": "tenant"}]
 
 

@@ -235,12 +235,16 @@ def raise_nofile() -> tuple[int, int]:
 
 
 def install_sigterm() -> None:
-    """SIGTERM raises KeyboardInterrupt, so `finally` blocks stop what was started."""
+    """SIGTERM (and SIGINT) raise KeyboardInterrupt, so `finally` blocks stop what was started;
+    once: the cleanup in those blocks must not be interrupted by a second signal."""
 
-    def on_term(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
 
 
 def run_steps(steps: Iterable[Any], run_step: Callable[[Any], dict[str, Any]], root: Path, *, keep: bool) -> tuple[list[dict[str, Any]], bool]:

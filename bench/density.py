@@ -91,6 +91,7 @@ from bench.common import (
     emit,
     host_info,
     hwm_bytes,
+    install_sigterm,
     log,
     new_session,
     percentile,
@@ -1368,14 +1369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("density: matplotlib missing: `make venv` (the test extra) installs it", file=sys.stderr)
         return 2
 
-    def on_signal(signum: int, frame: object) -> None:
-        # once: the cleanup in the finally blocks must not be interrupted by a second signal
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    install_sigterm()
     root = WORK_DIR / NAME
     t0 = time.monotonic()
     doc: dict[str, Any] = {

@@ -81,6 +81,7 @@ from bench.common import (
     fill_protobuf_twin,
     host_info,
     hollow_node,
+    install_sigterm,
     log,
     new_session,
     node_lease,
@@ -810,14 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fleet: {RVCHECK} missing: run `bash hack/build-components.sh`", file=sys.stderr)
         return 2
 
-    def on_signal(signum: int, frame: object) -> None:
-        # once: the cleanup in the finally blocks must not be interrupted by a second signal
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    install_sigterm()
     nofile = raise_nofile_to(nofile_wanted(max(params.steps)))
     root = WORK_DIR / NAME
     t0 = time.monotonic()

@@ -311,7 +311,7 @@ class CacheConfig(_Model):
         return value
 
 
-def _default_caches() -> tuple[CacheConfig, ...]:
+def default_caches() -> tuple[CacheConfig, ...]:
     """Nodes and their Leases over the resource partitions; pods and services over the tenant
     partitions; CSIDrivers and RuntimeClasses of the system partition: what every kubelet lists
     and watches (its Node by name, its pods by `spec.nodeName`, every Service, CSIDriver and
@@ -383,7 +383,7 @@ class ProxyConfig(_Model):
     nodes: NodePlacement = Field(default_factory=NodePlacement)
     resource_versions: ResourceVersionsConfig = Field(default_factory=ResourceVersionsConfig)
     upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
-    caches: tuple[CacheConfig, ...] = Field(default_factory=_default_caches)
+    caches: tuple[CacheConfig, ...] = Field(default_factory=default_caches)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     failure: FailureConfig = Field(default_factory=FailureConfig)

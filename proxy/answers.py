@@ -81,6 +81,12 @@ def forbidden(identity: Identity, info: RequestInfo, reason: str = "") -> Answer
     return status_answer(403, "Forbidden", message, details=details)
 
 
+def refused(identity: Identity, info: RequestInfo, reason: str, *, error: bool) -> Answer:
+    """The answer to a request the partitions did not allow: 403 Forbidden, or 500 when they
+    could not be asked (`error`: `authorization_error`)."""
+    return authorization_error(reason) if error else forbidden(identity, info, reason)
+
+
 def authorization_error(message: str) -> Answer:
     """500 InternalError: the partitions that authorize a request could not be asked (kube-apiserver's
     answer when its authorizer fails: responsewriters.InternalError, "Internal error occurred: ...")."""

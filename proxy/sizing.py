@@ -34,6 +34,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from config.models import SYSTEM_CACHE_ROLE, PartitionRole, default_caches
+from routing import protobuf_items
+
 MIB = 1024 * 1024
 
 # -- coefficients (each from a committed benchmark run; tests/proxy/test_sizing.py checks them) --
@@ -81,11 +84,19 @@ MIN_REPLICAS = 2  # one replica may be rolling or restarting while the others se
 # idle keep-alive connections a worker keeps per partition: the partition transport's pool
 # (proxy.clients.transport.MAX_IDLE_PER_ENDPOINT; equal, tests/proxy/test_sizing.py)
 MAX_IDLE_PER_ENDPOINT = 64
-# the default caches (config.models._default_caches) by the partitions they watch, each with its
-# protobuf twin once a protobuf-first client (every kubelet) asked: upstream watches per worker
-CACHE_WATCHES_RESOURCE_PARTITION = 4  # nodes, node-leases, and their twins
-CACHE_WATCHES_TENANT_PARTITION = 3  # pods and its twin, services (no twin: read from JSON)
-CACHE_WATCHES_SYSTEM_PARTITION_EXTRA = 4  # csidrivers, runtimeclasses, and their twins
+
+
+def _cache_watches(role: str) -> int:
+    """Upstream watches a worker keeps on each partition of `role` for the default caches
+    (config.models.default_caches): one per cache, one more for its protobuf twin once a
+    protobuf-first client (every kubelet) asked for it."""
+    return sum(1 + int(spec.protobuf and protobuf_items.readable(spec.group, spec.resource))
+               for spec in default_caches() if spec.role == role)
+
+
+CACHE_WATCHES_RESOURCE_PARTITION = _cache_watches(PartitionRole.RESOURCE)  # nodes, node-leases, twins: 4
+CACHE_WATCHES_TENANT_PARTITION = _cache_watches(PartitionRole.TENANT)  # pods and its twin, services: 3
+CACHE_WATCHES_SYSTEM_PARTITION_EXTRA = _cache_watches(SYSTEM_CACHE_ROLE)  # csidrivers, runtimeclasses, twins: 4
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ async def _target(ex: Exchange, ctx: ProxyContext, verb: str, *, container: bool
     attributes = {**resource_attributes(info, request.query), "verb": verb, "subresource": info.subresource}
     decision = await ctx.authz.allowed(ex.identity, attributes, [tenant_partition])
     if not decision.allowed:
-        return answers.authorization_error(decision.reason) if decision.error else answers.forbidden(ex.identity, info, decision.reason)
+        return answers.refused(ex.identity, info, decision.reason, error=decision.error)
     try:
         pod = await ctx.clients[tenant_partition].get_json(f"/api/v1/namespaces/{quote(info.namespace)}/pods/{quote(info.name)}")
     except APINotFound:

@@ -86,8 +86,7 @@ class Dispatch:
             partitions = [route.partitions[0]] if pinned else list(cache.space)
             decision = await ctx.authz.allowed(ex.identity, resource_attributes(ex.info, request.query), partitions)
             if not decision.allowed:
-                denial = answers.authorization_error(decision.reason) if decision.error else answers.forbidden(ex.identity, ex.info, decision.reason)
-                await ex.respond(denial)
+                await ex.respond(answers.refused(ex.identity, ex.info, decision.reason, error=decision.error))
                 return True
             slot = cache.space.index(route.partitions[0]) if pinned else None
             if expired:
