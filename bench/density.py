@@ -101,8 +101,9 @@ from bench.common import (
 )
 from bench.union_watch import schedstat
 from hack.controlplane import KWOK_SELECTOR, ControlPlane, DirectControlPlane, HollowNode, kwok_node
-from hack.federation import HOST, PROXY_ADMINS_GROUP, Federation, _die_with_parent, find_kubectl
-from hack.proxy_process import ProxyProcess, stop_process_group, tenant_ranges
+from hack.federation import HOST, PROXY_ADMINS_GROUP, Federation, find_kubectl
+from hack.procs import die_with_parent, stop_process
+from hack.proxy_process import ProxyProcess, tenant_ranges
 
 NAME = "density"
 RVCHECK = REPO / ".local" / "bin" / "rvcheck"
@@ -260,7 +261,7 @@ class GoClients:
         main = threading.current_thread() is threading.main_thread()
         with out.open("wb") as f:
             proc = subprocess.Popen([str(RVCHECK), *args], stdout=f, stderr=sys.stderr, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=_die_with_parent if main else None)
+                                    start_new_session=True, preexec_fn=die_with_parent if main else None)
         self.procs.append(proc)
         return proc, out
 
@@ -283,7 +284,7 @@ class GoClients:
 
     def stop_all(self) -> None:
         for proc in self.procs:
-            stop_process_group(proc, timeout=5)
+            stop_process(proc, grace=5)
         self.procs.clear()
 
 
@@ -1146,7 +1147,7 @@ def run_side(step: Step, side: str) -> dict[str, Any]:
         if probe is not None:
             probe.stop()
         for _, proc, _ in go_watch:
-            stop_process_group(proc, timeout=5)
+            stop_process(proc, grace=5)
         plane.stop()
         t_end = tl.mark(f"{side}: stopped")
         tl.forget([n for n in tl.pids if n.startswith(f"{side}:")])
@@ -1179,7 +1180,7 @@ def start_profile(step: Step, tag: str, seconds: float) -> subprocess.Popen[byte
     return subprocess.Popen([str(exe), "record", "--pid", str(proxy_pid(step.proxy)), "--duration", str(int(seconds)),
                              "--rate", "50", "--format", "speedscope", "--output", str(out), "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=die_with_parent)
 
 
 # -- a step: one federation, both sides -----------------------------------------------------
@@ -1220,7 +1221,7 @@ def run_step(p: Params, nodes: int, root: Path) -> dict[str, Any]:
         if step is not None:
             for prof in step.profiles:
                 stop_profile(prof)
-                stop_process_group(prof, timeout=5)
+                stop_process(prof, grace=5)
         timeline.stop()
         if proxy is not None:
             proxy.stop()

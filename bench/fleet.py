@@ -72,7 +72,6 @@ from bench.common import (
     OUT_DIR,
     REPO,
     WORK_DIR,
-    RssSampler,
     apiserver_pid,
     client_ssl,
     close_sessions,

@@ -68,7 +68,8 @@ import orjson
 
 from bench.common import OUT_DIR, REPO, WORK_DIR, client_ssl, emit, host_info, install_sigterm, log, mib, new_session, ratio
 from hack.federation import PROXY_ADMINS_GROUP, Federation, _free_ports
-from hack.proxy_process import ProxyProcess, stop_process_group
+from hack.procs import stop_process
+from hack.proxy_process import ProxyProcess
 from proxy.cli import DEFAULT_EVENT_LOOP
 from proxy.workers import available_cpus
 
@@ -202,7 +203,7 @@ class Peer:
 
     def stop(self) -> None:
         for popen in self.popens:
-            stop_process_group(popen)
+            stop_process(popen)
         self.popens = []
 
 

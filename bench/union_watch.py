@@ -73,7 +73,8 @@ from bench.common import (
 )
 from config.load import load_config
 from hack.federation import PROXY_ADMINS_GROUP, Federation
-from hack.proxy_process import ProxyProcess, stop_process_group
+from hack.procs import stop_process
+from hack.proxy_process import ProxyProcess
 from routing import protobuf as pb
 from routing import rv as rvcodec
 from routing.decide import object_meta
@@ -130,7 +131,7 @@ class GoProcs:
 
     def stop_all(self) -> None:
         for proc in self.procs:
-            stop_process_group(proc, timeout=5)
+            stop_process(proc, grace=5)
         self.procs.clear()
 
 

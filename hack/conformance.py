@@ -67,10 +67,10 @@ from hack.federation import (
     REPO,
     Federation,
     FederationError,
-    _die_with_parent,
     find_kubectl,
 )
-from hack.proxy_process import ProxyProcess, stop_process_group
+from hack.procs import spawn, stop_process
+from hack.proxy_process import ProxyProcess
 
 K8S_VERSION = "v1.36.3"  # of e2e.test; keep in step with hack/k8s/go.mod and hack/build-components.sh
 E2E_TEST = DEFAULT_BIN_DIR / "e2e.test"
@@ -662,15 +662,13 @@ def run_e2e(argv: Sequence[str], *, log_path: Path, timeout: float) -> float:
     (its own session, killed with the harness) is stopped if anything interrupts the wait."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    with log_path.open("ab") as out:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_die_with_parent, cwd=log_path.parent)
+    proc = spawn(argv, log=log_path, cwd=log_path.parent)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
         log(f"e2e.test still running {timeout:.0f} s after it started (its --ginkgo.timeout passed): stopping it")
     finally:
-        stop_process_group(proc, timeout=30)
+        stop_process(proc, grace=30)
     return time.monotonic() - start
 
 

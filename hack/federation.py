@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import ctypes
 import http.client
 import os
 import shutil
@@ -38,12 +37,16 @@ from types import TracebackType
 from typing import Literal
 
 from hack.pki import CertificateAuthority, write_kubeconfig, write_service_account_key
+from hack.procs import FederationError, spawn, stop_processes, tail  # FederationError: re-exported
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BIN_DIR = REPO / ".local" / "bin"
 HOST = "127.0.0.1"
 PROXY_USER = "partition-proxy"
 PROXY_ADMINS_GROUP = "partition-proxy:admins"
+# seconds an apiserver or etcd gets between SIGTERM and SIGKILL: both exit within a second
+# of SIGTERM when healthy; an apiserver whose etcd is gone never does.
+_STOP_GRACE_SECONDS = 10.0
 _MARKER = ".federation-root"  # start() only wipes directories that carry this marker (or are empty)
 
 Role = Literal["tenant", "resource"]
@@ -131,10 +134,6 @@ subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "{PROXY_ADM
 """
 
 
-class FederationError(RuntimeError):
-    """A partition failed to start or stop."""
-
-
 @dataclass(frozen=True)
 class PartitionInfo:
     """One partition: its etcd and kube-apiserver, ports and credentials (all paths absolute)."""
@@ -198,22 +197,6 @@ def _port_free(port: int) -> bool:
             return True
         except OSError:
             return False
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as e:
-        return f"<cannot read {path}: {e}>"
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: have Linux SIGKILL the child when the thread that started it dies (even by
-    SIGKILL or os._exit, e.g. a test timeout), so no partition outlives its launcher."""
-    _LIBC.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
 
 
 def find_kubectl() -> str:
@@ -310,17 +293,8 @@ class Federation:
         Raises FederationError if a port is still taken afterwards."""
         with self._lock:
             procs, self._procs = self._procs, []
-        for kind in ("kube-apiserver", "etcd"):
-            group = [p.popen for p in procs if p.kind == kind]
-            for proc in group:
-                _signal(proc, signal.SIGTERM)
-            end = time.monotonic() + 10
-            for proc in group:
-                try:
-                    proc.wait(max(0.0, end - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    _signal(proc, signal.SIGKILL)
-                    proc.wait()
+        for kind in ("kube-apiserver", "etcd"):  # an apiserver without its etcd ignores SIGTERM
+            stop_processes([p.popen for p in procs if p.kind == kind], _STOP_GRACE_SECONDS)
         atexit.unregister(self.stop)
         if procs:
             ports = [q for p in self.partitions
@@ -337,13 +311,7 @@ class Federation:
         with self._lock:
             procs = [p for p in self._procs if p.kind == "kube-apiserver" and p.partition.name == name]
             self._procs = [p for p in self._procs if p not in procs]
-        for proc in procs:
-            _signal(proc.popen, signal.SIGTERM)
-            try:
-                proc.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                _signal(proc.popen, signal.SIGKILL)
-                proc.popen.wait()
+        stop_processes([p.popen for p in procs], _STOP_GRACE_SECONDS)
 
     def start_apiserver(self, name: str, timeout: float = 60.0) -> None:
         """Start a stopped partition's kube-apiserver again and wait (seconds) until it is ready.
@@ -402,14 +370,7 @@ class Federation:
 
     def _spawn(self, p: PartitionInfo, kind: Literal["etcd", "kube-apiserver"],
                argv: list[str], log: Path) -> _Proc:
-        # PDEATHSIG is tied to the spawning *thread*: only safe from the main thread.
-        main = threading.current_thread() is threading.main_thread()
-        with open(log, "ab") as out:
-            popen = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent if main else None,
-            )
-        proc = _Proc(p, kind, popen, log)
+        proc = _Proc(p, kind, spawn(argv, log=log), log)
         with self._lock:
             self._procs.append(proc)
         return proc
@@ -462,7 +423,7 @@ class Federation:
             for proc in list(pending):
                 if proc.popen.poll() is not None:
                     raise FederationError(f"{proc} exited with {proc.popen.returncode}; last "
-                                          f"lines of {proc.log}:\n{_tail(proc.log)}")
+                                          f"lines of {proc.log}:\n{tail(proc.log)}")
                 try:
                     if ready(proc.partition):
                         pending.remove(proc)
@@ -470,7 +431,7 @@ class Federation:
                     pass
             if pending and time.monotonic() > deadline:
                 raise FederationError(f"{pending[0]} not ready in time; last lines of "
-                                      f"{pending[0].log}:\n{_tail(pending[0].log)}")
+                                      f"{pending[0].log}:\n{tail(pending[0].log)}")
             if pending:
                 time.sleep(0.25)
 
@@ -489,15 +450,6 @@ def _etcd_ready(p: PartitionInfo) -> bool:
         return conn.getresponse().status == 200
     finally:
         conn.close()
-
-
-def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
-    """Send ``sig`` to the process group of ``proc`` (its own session), if still alive."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -7,10 +7,7 @@ federation CA, and waits for the proxy's /readyz. Used by `make run` and the int
 
 from __future__ import annotations
 
-import contextlib
 import http.client
-import os
-import signal
 import ssl
 import string
 import subprocess
@@ -22,9 +19,13 @@ from typing import Any
 
 import yaml
 
-from hack.federation import Federation, FederationError, _free_ports, _tail
+from hack.federation import Federation, _free_ports
+from hack.procs import FederationError, spawn, stop_process, tail
 
 REPO = Path(__file__).resolve().parent.parent
+# seconds the proxy gets between SIGTERM and SIGKILL: its graceful stop
+# (failure.shutdown_grace_seconds, 5 s by default) plus slack.
+_STOP_GRACE_SECONDS = 10.0
 
 
 def tenant_ranges(tenant_partitions: list[str]) -> list[dict[str, str]]:
@@ -125,45 +126,41 @@ class ProxyProcess:
             conn.close()
 
     def start(self, timeout: float = 60.0) -> ProxyProcess:
-        """Start the proxy and wait (seconds) for its /readyz. Raises FederationError."""
+        """Start the proxy (it dies with this process) and wait (seconds) for its /readyz.
+        Raises FederationError."""
         exe = Path(sys.executable).parent / "partition-proxy"
         argv = [str(exe), "serve", "--config", str(self.config_path)]
         if self.workers is not None:
             argv += ["--workers", str(self.workers)]
         if self.event_loop is not None:
             argv += ["--event-loop", self.event_loop]
-        log = self.log_path.open("ab")
-        self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
-        log.close()
+        self.popen = spawn(argv, log=self.log_path, cwd=REPO)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
-                raise FederationError(f"partition-proxy exited with {self.popen.returncode}:\n{_tail(self.log_path)}")
+                raise FederationError(f"partition-proxy exited with {self.popen.returncode}:\n{tail(self.log_path)}")
             if self._ready():
                 return self
             time.sleep(0.2)
-        self.stop()
-        raise FederationError(f"partition-proxy not ready after {timeout:.0f} s:\n{_tail(self.log_path)}")
+        stop_process(self.popen, grace=_STOP_GRACE_SECONDS)  # exited: restart_if_exited tries again
+        raise FederationError(f"partition-proxy not ready after {timeout:.0f} s:\n{tail(self.log_path)}")
+
+    def restart_if_exited(self, timeout: float = 60.0) -> int | None:
+        """What a Deployment does for its replica: if the proxy process has exited (a worker
+        died and its supervisor stopped the others, proxy.workers), start it again on the same
+        port and config and wait (seconds) for /readyz. Returns the exit code of the process
+        it replaced, or None when it was running (or was never started, or was stopped).
+        Raises FederationError when the new process does not become ready."""
+        if self.popen is None or self.popen.poll() is None:
+            return None
+        code = self.popen.returncode
+        self.start(timeout)
+        return code
 
     def stop(self) -> None:
         """SIGTERM, up to 10 s, then SIGKILL. Idempotent."""
         proc, self.popen = self.popen, None
-        stop_process_group(proc)
-
-
-def stop_process_group(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
-    """SIGTERM the process group of a process started with start_new_session, wait up to
-    `timeout` seconds, then SIGKILL it."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_process(proc, grace=_STOP_GRACE_SECONDS)
 
 
 def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:

@@ -9,7 +9,13 @@ Contract used by other tools:
 - `.local/kubeconfigs/proxy.yaml`: an admin user (group partition-proxy:admins) through the proxy;
 - `.local/kubeconfigs/<partition>.yaml`: admin straight to each partition (tp1, tp2, rp1, rp2);
 - `.local/run/ready` appears when everything is ready and disappears on shutdown.
-Serves until SIGINT/SIGTERM, then stops every process it started.
+Serves until SIGINT/SIGTERM, then stops every process it started: the control plane, the
+proxy, then each partition's kube-apiserver before its etcd, each escalated to SIGKILL after a
+grace period; every process it started also dies with it if it is killed (hack/procs.py).
+When the proxy exits on its own (a worker died: its supervisor stops the others, as in a pod),
+it is started again on the same port and the restart is logged, as a Deployment restarts its
+replica; the partitions and the control plane keep running.
+`--state-dir` moves `.local/` (the tests run a federation of their own there).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 from pathlib import Path
 
 from hack.controlplane import HOLLOW_TAINT, KWOK_SELECTOR, ControlPlane, HollowNode, kwok_node
-from hack.federation import PROXY_ADMINS_GROUP, Federation, find_kubectl
+from hack.federation import PROXY_ADMINS_GROUP, Federation, FederationError, find_kubectl
 from hack.procs import rss_mib
 from hack.proxy_process import ProxyProcess
 
@@ -97,9 +103,11 @@ def main() -> None:
     parser.add_argument("--hollow-nodes", type=int, default=2, help="kubemark hollow kubelets (spread over the RPs)")
     parser.add_argument("--workers", type=int, default=None, help="proxy worker processes (default: the proxy's, one per CPU)")
     parser.add_argument("--no-demo", action="store_true", help="no namespaces, nodes or deployments")
+    parser.add_argument("--state-dir", type=Path, default=LOCAL, help="where the federation, kubeconfigs and run/ready live")
     args = parser.parse_args()
+    local: Path = args.state_dir.resolve()
 
-    ready = LOCAL / "run" / "ready"
+    ready = local / "run" / "ready"
     ready.unlink(missing_ok=True)
     ready.parent.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -107,14 +115,14 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     started = time.monotonic()
-    fed = Federation(LOCAL / "federation")
+    fed = Federation(local / "federation")
     proxy: ProxyProcess | None = None
     plane: ControlPlane | None = None
     try:
         fed.start()
         fed_seconds = time.monotonic() - started
-        proxy = ProxyProcess(fed, LOCAL / "federation" / "proxy", port=args.port, workers=args.workers).start()
-        kubeconfigs = LOCAL / "kubeconfigs"
+        proxy = ProxyProcess(fed, local / "federation" / "proxy", port=args.port, workers=args.workers).start()
+        kubeconfigs = local / "kubeconfigs"
         kubeconfigs.mkdir(parents=True, exist_ok=True)
         shutil.copy(
             fed.issue_client_kubeconfig("proxy-admin", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server),
@@ -172,21 +180,32 @@ def main() -> None:
             flush=True,
         )
         reported: set[str] = set()
+        restarts = 0
         while not stop.wait(1.0):
-            if proxy.popen is None or proxy.popen.poll() is not None:
-                print("partition-proxy exited; see", proxy.log_path)
-                break
+            try:
+                code = proxy.restart_if_exited()
+            except FederationError as e:
+                print(f"partition-proxy did not come back, trying again: {e}", flush=True)
+                continue
+            if code is not None:
+                restarts += 1
+                print(f"partition-proxy exited with {code}; restarted it on {proxy.server} "
+                      f"(restart {restarts}); see {proxy.log_path}", flush=True)
             for proc in plane.group.exited():
                 if proc.name not in reported:
                     reported.add(proc.name)
                     print(f"{proc.name} exited with {proc.popen.returncode}; see {proc.log}", flush=True)
     finally:
         ready.unlink(missing_ok=True)
-        if plane is not None:
-            plane.stop()
-        if proxy is not None:
-            proxy.stop()
-        fed.stop()
+        try:
+            if plane is not None:
+                plane.stop()
+        finally:
+            try:
+                if proxy is not None:
+                    proxy.stop()
+            finally:
+                fed.stop()
         print("stopped", flush=True)
 
 

@@ -18,9 +18,9 @@ from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.proxy import Proxy
 
-from hack.federation import DEFAULT_BIN_DIR, Federation, FederationError, _free_ports, _tail
+from hack.federation import DEFAULT_BIN_DIR, Federation, _free_ports
 from hack.pki import write_kubeconfig
-from hack.proxy_process import stop_process_group
+from hack.procs import FederationError, spawn, stop_process, tail
 
 
 class ToxiproxyServer:
@@ -37,19 +37,13 @@ class ToxiproxyServer:
             raise FederationError(f"{self.binary} missing: run hack/build-components.sh")
         self.directory.mkdir(parents=True, exist_ok=True)
         log_path = self.directory / "toxiproxy.log"
-        with log_path.open("ab") as log:
-            self.popen = subprocess.Popen(
-                [str(self.binary), "-host", "127.0.0.1", "-port", str(self.port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.popen = spawn([str(self.binary), "-host", "127.0.0.1", "-port", str(self.port)], log=log_path)
         APIConsumer.host, APIConsumer.port = "127.0.0.1", self.port
         deadline = time.monotonic() + timeout
         while not self.client.running():
             if self.popen.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise FederationError(f"toxiproxy server did not start:\n{_tail(log_path)}")
+                raise FederationError(f"toxiproxy server did not start:\n{tail(log_path)}")
             time.sleep(0.1)
         return self
 
@@ -75,4 +69,4 @@ class ToxiproxyServer:
 
     def stop(self) -> None:
         proc, self.popen = self.popen, None
-        stop_process_group(proc)
+        stop_process(proc)

@@ -15,11 +15,13 @@ that took the connection. `/metrics` is the aggregate of all workers, merged at 
 The supervisor (this module) forwards SIGTERM and SIGINT to every worker and waits for them; a
 worker that exits on its own stops the others and the supervisor exits with its code (the
 container restarts: a replica short of a worker would answer fewer connections than its
-Service expects, unseen).
+Service expects, unseen). A worker dies with its supervisor (Linux PR_SET_PDEATHSIG), so a
+supervisor killed by SIGKILL leaves no worker holding the port.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import os
@@ -42,6 +44,8 @@ _POLL_SECONDS = 0.2
 # seconds a worker gets to stop after the supervisor stops it (before SIGKILL): the graceful
 # stop's grace plus slack. proxy.cli passes failure.shutdown_grace_seconds.
 _KILL_SLACK_SECONDS = 5.0
+# prctl(2) option: the signal the kernel sends a process when its parent thread exits.
+_PR_SET_PDEATHSIG = 1
 # cgroup v2 CPU limit of the container (quota and period in microseconds, or "max").
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
@@ -57,6 +61,14 @@ def available_cpus() -> int:
     except (OSError, ValueError):
         pass  # no cgroup v2 limit to read: the affinity is the limit
     return cpus
+
+
+def _die_with_supervisor() -> None:
+    """preexec_fn of a worker: SIGKILL from the kernel when the supervisor dies (Linux only;
+    elsewhere a no-op). The supervisor starts workers from its main thread, which lives as long
+    as it does."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
@@ -86,7 +98,8 @@ def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
     code = 0
     try:
         for index in range(workers):
-            procs.append(subprocess.Popen([sys.executable, "-m", "proxy.cli", *worker_argv], env={**env, WORKER_ENV: str(index)}))
+            procs.append(subprocess.Popen([sys.executable, "-m", "proxy.cli", *worker_argv], env={**env, WORKER_ENV: str(index)},
+                                          preexec_fn=_die_with_supervisor))
         log.info("started %d workers: pids %s", workers, " ".join(str(p.pid) for p in procs))
         ended: set[int] = set()
         stop_deadline = math.inf

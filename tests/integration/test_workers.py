@@ -14,34 +14,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from hack.procs import alive, children
 from hack.proxy_process import ProxyProcess
 from tests.federation import Kube
 
 _LAST_TEXT: list[str] = []
 WORKERS = 2
 REQUESTS = 40  # each on a new connection: all on one worker has odds 2 ** -39
-
-
-def _workers_of(supervisor: int) -> list[int]:
-    """Pids whose parent is `supervisor`."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rsplit(b")", 1)[1].split()[1]) == supervisor:
-                out.append(int(entry))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != b"Z"
 
 
 @pytest.fixture
@@ -69,7 +48,7 @@ async def _requests_total(server: str, ctx: object, path_count: int) -> list[flo
 
 async def test_two_workers_share_the_port_and_metrics_add_up(kube: Kube, workers_proxy: ProxyProcess) -> None:
     assert workers_proxy.popen is not None
-    workers = _workers_of(workers_proxy.popen.pid)
+    workers = children(workers_proxy.popen.pid)
     assert len(workers) == WORKERS
     ctx = kube.client_ssl()
     before = max(await _requests_total(workers_proxy.server, ctx, 4))
@@ -86,30 +65,30 @@ async def test_two_workers_share_the_port_and_metrics_add_up(kube: Kube, workers
 def test_sigterm_stops_every_worker(workers_proxy: ProxyProcess) -> None:
     assert workers_proxy.popen is not None
     popen = workers_proxy.popen
-    workers = _workers_of(popen.pid)
+    workers = children(popen.pid)
     assert len(workers) == WORKERS
     popen.send_signal(signal.SIGTERM)
     assert popen.wait(timeout=30) == 0
-    assert not [pid for pid in workers if _alive(pid)]
+    assert not [pid for pid in workers if alive(pid)]
 
 
 def test_a_dead_worker_stops_the_replica(workers_proxy: ProxyProcess) -> None:
     assert workers_proxy.popen is not None
     popen = workers_proxy.popen
-    workers = _workers_of(popen.pid)
+    workers = children(popen.pid)
     os.kill(workers[0], signal.SIGKILL)
     assert popen.wait(timeout=30) != 0
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in workers if _alive(pid)]
+    assert not [pid for pid in workers if alive(pid)]
 
 
 async def test_sighup_reloads_the_partition_set_in_every_worker_and_stops_none(kube: Kube, workers_proxy: ProxyProcess) -> None:
     """The supervisor forwards SIGHUP; each worker re-reads the config (the partition set,
     proxy.partition_set) and keeps serving: a hang-up never ends a worker."""
     assert workers_proxy.popen is not None
-    workers = _workers_of(workers_proxy.popen.pid)
+    workers = children(workers_proxy.popen.pid)
     ctx = kube.client_ssl()
 
     async def reloads() -> float:
@@ -125,7 +104,39 @@ async def test_sighup_reloads_the_partition_set_in_every_worker_and_stops_none(k
     while await reloads() < before + WORKERS:
         assert time.monotonic() < deadline, "not every worker re-read the config"
         await asyncio.sleep(0.2)
-    assert all(_alive(pid) for pid in workers) and workers_proxy.popen.poll() is None
+    assert all(alive(pid) for pid in workers) and workers_proxy.popen.poll() is None
     async with aiohttp.ClientSession() as s:
         async with s.get(f"{workers_proxy.server}/api/v1/namespaces", ssl=ctx) as r:
+            assert r.status == 200
+
+
+def test_a_killed_supervisor_leaves_no_worker(workers_proxy: ProxyProcess) -> None:
+    """SIGKILL reaches only the supervisor: its workers die with it (PR_SET_PDEATHSIG), none is
+    left holding the port."""
+    assert workers_proxy.popen is not None
+    popen = workers_proxy.popen
+    workers = children(popen.pid)
+    assert len(workers) == WORKERS
+    popen.kill()
+    popen.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if alive(pid)]
+
+
+async def test_a_replica_whose_worker_died_is_restarted_on_its_port(kube: Kube, workers_proxy: ProxyProcess) -> None:
+    """`ProxyProcess.restart_if_exited` (what `make run` and the soak do, as a Deployment
+    restarts its pod): the replica a dead worker took down serves again on the same port."""
+    assert workers_proxy.popen is not None
+    first = workers_proxy.popen
+    assert workers_proxy.restart_if_exited() is None
+    os.kill(children(first.pid)[0], signal.SIGKILL)
+    first.wait(timeout=30)
+    code = await asyncio.to_thread(workers_proxy.restart_if_exited, 120)
+    assert code not in (None, 0)
+    assert workers_proxy.popen is not first and workers_proxy.popen.poll() is None
+    assert len(children(workers_proxy.popen.pid)) == WORKERS
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{workers_proxy.server}/api/v1/namespaces", ssl=kube.client_ssl()) as r:
             assert r.status == 200
