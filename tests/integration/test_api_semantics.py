@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+from typing import Any
 
 import aiohttp
 import pytest
@@ -14,7 +15,7 @@ from yarl import URL
 
 from routing import protobuf as pb
 from routing import rv as rvcodec
-from tests.federation import Kube, node
+from tests.federation import Kube, node, pod
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -212,3 +213,61 @@ async def test_request_sli_histogram_is_kube_apiservers_and_abandoned_watches_ke
         await asyncio.sleep(0.1)
     assert kube.metric("partition_proxy_requests_total", route="fan-out", partition="union", verb="watch", code="499") >= before + 1
     assert kube.metric("partition_proxy_requests_total", route="reject", partition="", code="499") == 0
+
+
+def _eviction(namespace: str, name: str, rv: str) -> dict[str, object]:
+    """A policy/v1 Eviction of pod `name` on the condition that its resourceVersion is `rv`."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": {"gracePeriodSeconds": 0, "preconditions": {"resourceVersion": rv}},
+    }
+
+
+async def _evict(server: str, ctx: ssl.SSLContext, namespace: str, name: str, rv: str) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{server}/api/v1/namespaces/{namespace}/pods/{name}/eviction", json=_eviction(namespace, name, rv), ssl=ctx) as r:
+            return r.status, await r.json()
+
+
+async def test_an_eviction_preconditioned_on_the_proxy_resource_version_evicts_and_a_stale_one_conflicts_as_at_the_partition(
+    kube: Kube, unique: str
+) -> None:
+    namespace = f"zulu{unique}-evict"  # a tenant of tp2: the pod's RV is its slot of the tenant partitions' space
+    kube.kubectl("create", "namespace", namespace)
+    for name in ("current", "stale", "stale-direct"):
+        kube.create(pod(namespace, name, "rp1-x"))
+    codec = kube.rv_codec(("tp1", "tp2"))
+
+    async def proxy_rv(name: str) -> str:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{kube.proxy.server}/api/v1/namespaces/{namespace}/pods/{name}", ssl=kube.client_ssl()) as r:
+                assert r.status == 200, await r.text()
+                rv: str = (await r.json())["metadata"]["resourceVersion"]
+        assert rvcodec.is_proxy_rv(rv), rv
+        return rv
+
+    def native_rv(name: str) -> str:
+        return kube.kubectl("-n", namespace, "get", "pod", name, "-o", "jsonpath={.metadata.resourceVersion}", kubeconfig=kube.direct("tp2"))
+
+    # The proxy RV of the pod names its native RV in tp2: the eviction goes through.
+    current = await proxy_rv("current")
+    assert codec.native_for(current, 1) == native_rv("current")
+    code, status = await _evict(kube.proxy.server, kube.client_ssl(), namespace, "current", current)
+    assert (code, status["kind"], status["status"]) == (201, "Status", "Success"), status
+    assert kube.kubectl("-n", namespace, "get", "pod", "current", "--ignore-not-found", "-o", "name", kubeconfig=kube.direct("tp2")) == ""
+
+    # A precondition on an RV the pod has left behind: 409 Conflict, as tp2 answers the same
+    # eviction with the native RV; neither pod is evicted.
+    stale, stale_native = await proxy_rv("stale"), native_rv("stale-direct")
+    for name in ("stale", "stale-direct"):
+        kube.kubectl("-n", namespace, "label", "pod", name, "moved=on", kubeconfig=kube.direct("tp2"))
+    code, status = await _evict(kube.proxy.server, kube.client_ssl(), namespace, "stale", stale)
+    direct_code, direct = await _evict(kube.fed.partition("tp2").server, kube.partition_ssl("tp2"), namespace, "stale-direct", stale_native)
+    assert (direct_code, direct["reason"]) == (409, "Conflict"), direct
+    assert (code, status["kind"], status["reason"]) == (409, "Status", "Conflict"), status
+    assert status["details"] == dict(direct["details"], name="stale"), (status, direct)
+    # tp2's own answer: the precondition it judged is the native RV the stale proxy RV names
+    assert f"the ResourceVersion in the precondition ({codec.native_for(stale, 1)}) does not match" in status["message"], status
+    assert kube.kubectl("-n", namespace, "get", "pods", "-o", "name", kubeconfig=kube.direct("tp2")).split() == ["pod/stale", "pod/stale-direct"]

@@ -7,17 +7,24 @@ Clients: httpx (HTTP/2 through the h2 library, HTTP/1.1 through h11), curl `--ht
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import ssl
 import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import h2.errors
+import hpack
 import httpx
 import orjson
 import pytest
+from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame, SettingsFrame
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+from hack.proxy_process import ProxyProcess
 from tests.federation import Kube
 
 PROTOCOLS = ("h2", "http/1.1")
@@ -166,3 +173,90 @@ async def test_cached_lists_union_watches_and_streams_over_both_protocols(kube: 
         assert any(e["type"] == "ADDED" and e["object"]["metadata"]["name"] == "kube-system" for e in events), protocol
         ends = [e for e in events if e["type"] == "BOOKMARK" and (e["object"]["metadata"].get("annotations") or {}).get("k8s.io/initial-events-end")]
         assert len(ends) == 1, protocol  # one merged initial-events-end bookmark over both TPs
+
+
+class RawH2:
+    """A client HTTP/2 connection made of frames (hyperframe, hpack) over TLS, read frame by
+    frame: unlike the h2 library it can still send a request after the server's GOAWAY, which is
+    what a client does that sent it before the GOAWAY reached it."""
+
+    def __init__(self, port: int, ctx: ssl.SSLContext) -> None:
+        ctx.set_alpn_protocols(["h2"])
+        self.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=15), server_hostname="127.0.0.1")
+        assert self.sock.selected_alpn_protocol() == "h2"
+        self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
+        self.buffer = b""
+        self.answered: dict[int, dict[str, str]] = {}  # stream id -> the header fields of its answer
+        self.sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize())
+
+    def headers(self, stream_id: int, method: str, path: str, *, end_stream: bool) -> None:
+        block = self.encoder.encode([(":method", method), (":scheme", "https"), (":authority", "127.0.0.1"), (":path", path),
+                                     ("content-type", "application/json")])
+        self.sock.sendall(HeadersFrame(stream_id, block, flags=["END_HEADERS", *(["END_STREAM"] if end_stream else [])]).serialize())
+
+    def data(self, stream_id: int, body: bytes, *, end_stream: bool) -> None:
+        self.sock.sendall(DataFrame(stream_id, body, flags=["END_STREAM"] if end_stream else []).serialize())
+
+    def frame(self) -> Frame | None:
+        """The next frame from the server (its SETTINGS acknowledged on the way), None at EOF;
+        a HEADERS frame's fields go to `answered`."""
+        while len(self.buffer) < 9 or len(self.buffer) < 9 + int.from_bytes(self.buffer[:3], "big"):
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        frame, length = Frame.parse_frame_header(memoryview(self.buffer[:9]))
+        frame.parse_body(memoryview(self.buffer[9 : 9 + length]))
+        self.buffer = self.buffer[9 + length :]
+        if isinstance(frame, SettingsFrame) and "ACK" not in frame.flags:
+            self.sock.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
+        if isinstance(frame, HeadersFrame):
+            self.answered[frame.stream_id] = dict(self.decoder.decode(frame.data))
+        return frame
+
+
+def test_sigterm_sends_goaway_lets_open_streams_finish_and_refuses_new_ones(kube: Kube, tmp_path: Path, unique: str) -> None:
+    """A replica stopped by SIGTERM (a rolling update): GOAWAY(NO_ERROR) on every HTTP/2
+    connection, an open watch ends cleanly (END_STREAM), a create still sending its body
+    finishes with 201, and a stream the client opens after the GOAWAY is refused
+    (REFUSED_STREAM: client-go retries it on a new connection, elsewhere)."""
+    proxy = ProxyProcess(kube.fed, tmp_path / "proxy", caches=[]).start()
+    try:
+        c = RawH2(proxy.port, kube.client_ssl())
+        name = f"during-goaway-{unique}"
+        c.headers(1, "POST", "/api/v1/namespaces/default/configmaps", end_stream=False)  # the body comes later
+        c.data(1, b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"' + name.encode() + b'"', end_stream=False)
+        c.headers(3, "GET", f"/api/v1/namespaces/default/configmaps?watch=1&fieldSelector=metadata.name%3Dnone-{unique}", end_stream=True)
+        frames: list[Frame] = []
+        while not any(isinstance(f, HeadersFrame) and f.stream_id == 3 for f in frames):
+            frame = c.frame()
+            assert frame is not None, frames
+            frames.append(frame)
+        assert c.answered[3][":status"] == "200"  # the watch is open
+
+        assert proxy.popen is not None
+        proxy.popen.send_signal(signal.SIGTERM)
+        while not any(isinstance(f, GoAwayFrame) for f in frames):
+            frame = c.frame()
+            assert frame is not None, frames
+            frames.append(frame)
+        c.headers(5, "GET", "/api/v1/namespaces/default/configmaps", end_stream=True)  # sent before the GOAWAY reached it
+        c.data(1, b"}}", end_stream=True)
+        while (frame := c.frame()) is not None:
+            frames.append(frame)
+        c.sock.close()
+        assert proxy.popen.wait(15) == 0
+    finally:
+        proxy.stop()
+
+    [goaway] = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert (goaway.error_code, goaway.last_stream_id) == (h2.errors.ErrorCodes.NO_ERROR, 3)
+    watch = [f for f in frames if f.stream_id == 3]
+    assert "END_STREAM" in watch[-1].flags and not any(isinstance(f, RstStreamFrame) for f in watch)
+    assert [(type(f).__name__, getattr(f, "error_code", None)) for f in frames if f.stream_id == 5] == [
+        ("RstStreamFrame", h2.errors.ErrorCodes.REFUSED_STREAM)]
+    create = [f for f in frames if f.stream_id == 1]
+    assert isinstance(create[0], HeadersFrame) and c.answered[1][":status"] == "201"
+    assert "END_STREAM" in create[-1].flags
+    assert json.loads(b"".join(f.data for f in create if isinstance(f, DataFrame)))["metadata"]["name"] == name
+    assert kube.kubectl("-n", "default", "get", "configmap", name, "-o", "name", kubeconfig=kube.direct("tp1")).strip() == f"configmap/{name}"

@@ -1,17 +1,25 @@
 """Identity, authorization and limits through the proxy, with several real identities: tenant
-users, kubelets, a user without rights, forged identity headers, tokens."""
+users, kubelets, a user without rights, forged identity headers, tokens; and, through a proxy of
+the module's own, the settings the session proxy leaves at their defaults: anonymous requests,
+trusted groups, the TLS minimum version and ciphers, in-flight requests per identity."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 import subprocess
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import pytest
 
+from hack.federation import PROXY_ADMINS_GROUP
+from hack.proxy_process import ProxyProcess
 from tests.federation import Kube, node
 
 
@@ -223,3 +231,186 @@ async def test_watches_per_identity_are_limited_with_429_and_retry_after(kube: K
         finally:
             for r in opened:
                 r.close()
+
+
+# -- what the session proxy leaves at its defaults: a proxy of this module's own --------------
+
+TRUSTED_GROUP = "partition-proxy:cache-readers"  # auth.trusted_groups of the configured proxy
+INFLIGHT_PER_IDENTITY = 2  # failure.max_inflight_per_identity of the configured proxy
+
+
+@pytest.fixture(scope="module")
+def configured(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
+    """A proxy in front of the session federation with anonymous requests allowed, one trusted
+    group, TLS 1.3 at least and `INFLIGHT_PER_IDENTITY` requests in flight per identity, caching
+    nodes (the reads the trusted group makes)."""
+    extra = {
+        "listen": {"tls": {"min_version": "1.3"}},
+        "auth": {"anonymous": True, "trusted_groups": [TRUSTED_GROUP], "token_review_partition": "tp1"},
+        "failure": {"max_inflight_per_identity": INFLIGHT_PER_IDENTITY},
+    }
+    caches = [{"name": "nodes", "resource": "nodes", "role": "resource"}]
+    proxy = ProxyProcess(kube.fed, tmp_path_factory.mktemp("configured") / "proxy", caches=caches, extra=extra).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+async def _get_as(server: str, path: str, ctx: ssl.SSLContext) -> tuple[int, dict[str, Any], dict[str, str]]:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(server + path, ssl=ctx) as resp:
+            return resp.status, await resp.json(content_type=None), dict(resp.headers)
+
+
+async def test_anonymous_requests_act_as_system_anonymous_when_allowed_and_get_401_when_not(
+    kube: Kube, configured: ProxyProcess, unique: str
+) -> None:
+    namespace = f"acme{unique}-anon"  # a tenant of the system partition (tp1)
+    kube.kubectl("create", "namespace", namespace)
+    no_certificate = ssl.create_default_context(cafile=str(kube.fed.ca_file))
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+
+    # Allowed: the partition judges the request as kube-apiserver judges an anonymous one, as
+    # user system:anonymous (its RBAC denial names it) ...
+    code, status, _ = await _get_as(configured.server, path, no_certificate)
+    assert (code, status.get("reason")) == (403, "Forbidden"), status
+    assert f'User "system:anonymous" cannot list resource "configmaps" in API group "" in the namespace "{namespace}"' in status["message"]
+
+    # ... in group system:unauthenticated: a RoleBinding to that group lets it read.
+    kube.kubectl("-n", namespace, "create", "role", "anonymous-reader", "--verb=list", "--resource=configmaps", kubeconfig=kube.direct("tp1"))
+    kube.kubectl("-n", namespace, "create", "rolebinding", "anonymous-reader", "--role=anonymous-reader",
+                 "--group=system:unauthenticated", kubeconfig=kube.direct("tp1"))
+    kube.kubectl("-n", namespace, "create", "configmap", "visible", kubeconfig=kube.direct("tp1"))
+    deadline = time.monotonic() + 10
+    while True:
+        code, listed, _ = await _get_as(configured.server, path, no_certificate)
+        if code != 403 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)  # until the partition's RBAC cache has the binding
+    assert code == 200, listed
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["visible"]
+
+    # Not allowed (the session proxy: auth.anonymous off): 401 Unauthorized, whatever RBAC says.
+    code, status, _ = await _get_as(kube.proxy.server, path, no_certificate)
+    assert code == 401, status
+    assert (status["kind"], status["reason"]) == ("Status", "Unauthorized"), status
+
+
+# A refused handshake: asyncio's TLS layer (the proxy's) closes the connection without sending
+# its alert, so the client sees an EOF during the handshake (or a reset), not the alert's reason.
+REFUSED = (ssl.SSLError, ConnectionError)
+
+
+def _handshake(port: int, ctx: ssl.SSLContext) -> tuple[str, str]:
+    """A TLS handshake with the proxy on `port`: (protocol version, cipher). Raises ssl.SSLError
+    when the proxy refuses it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            version, cipher = tls.version(), tls.cipher()
+            assert version is not None and cipher is not None
+            return version, cipher[0]
+
+
+def _tls12_client(kube: Kube, ciphers: str | None = None) -> ssl.SSLContext:
+    """A client that speaks TLS 1.2 at most (with only `ciphers`, OpenSSL syntax, when given)."""
+    ctx = ssl.create_default_context(cafile=str(kube.fed.ca_file))
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    if ciphers is not None:
+        ctx.set_ciphers(ciphers)
+    return ctx
+
+
+def test_a_client_below_the_configured_minimum_tls_version_is_refused(kube: Kube, configured: ProxyProcess) -> None:
+    with pytest.raises(REFUSED):
+        _handshake(configured.port, _tls12_client(kube))
+    assert _handshake(configured.port, ssl.create_default_context(cafile=str(kube.fed.ca_file)))[0] == "TLSv1.3"
+    # the same client is welcome where the minimum is TLS 1.2 (the session proxy: the default)
+    assert _handshake(kube.proxy.port, _tls12_client(kube))[0] == "TLSv1.2"
+
+
+def test_a_tls_1_2_client_offering_only_ciphers_outside_the_configured_list_is_refused(kube: Kube, tmp_path: Path) -> None:
+    proxy = ProxyProcess(kube.fed, tmp_path / "chacha", caches=[], extra={"listen": {"tls": {"ciphers": "ECDHE+CHACHA20"}}}).start()
+    try:
+        with pytest.raises(REFUSED):
+            _handshake(proxy.port, _tls12_client(kube, "ECDHE+AESGCM"))
+        assert _handshake(proxy.port, _tls12_client(kube, "ECDHE+CHACHA20")) == ("TLSv1.2", "ECDHE-ECDSA-CHACHA20-POLY1305")
+        # the same client is welcome where AES-GCM is in the list (the session proxy: the default)
+        assert _handshake(kube.proxy.port, _tls12_client(kube, "ECDHE+AESGCM"))[0] == "TLSv1.2"
+    finally:
+        proxy.stop()
+
+
+async def test_inflight_requests_per_identity_are_limited_with_429_and_retry_after(
+    kube: Kube, configured: ProxyProcess, unique: str
+) -> None:
+    busy = kube.client_ssl(f"busy-{unique}", (PROXY_ADMINS_GROUP,))
+    url = f"{configured.server}/api/v1/namespaces/default/configmaps"
+    release = asyncio.Event()
+
+    async def slow_body(name: str) -> AsyncIterator[bytes]:
+        """A ConfigMap whose body's end waits for `release`: its create stays in flight."""
+        yield b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"' + name.encode() + b'"'
+        await release.wait()
+        yield b"}}"
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+
+        async def create(name: str) -> int:
+            async with s.post(url, data=slow_body(name), ssl=busy, headers={"Content-Type": "application/json"}) as r:
+                return r.status
+
+        rejected = kube.metric("partition_proxy_rejected_requests_total", server=configured.server, reason="identity")
+        held = [asyncio.create_task(create(f"held-{unique}-{i}")) for i in range(INFLIGHT_PER_IDENTITY)]
+        try:
+            deadline = time.monotonic() + 10
+            # until both creates hold their slots (nothing else is in flight on this proxy)
+            while await asyncio.to_thread(kube.metric, "partition_proxy_inflight_requests", server=configured.server, kind="other") < 2:
+                assert time.monotonic() < deadline and not any(t.done() for t in held), [t.done() and t.result() for t in held]
+                await asyncio.sleep(0.05)
+            async with s.get(url, ssl=busy) as r:
+                status, retry_after = await r.json(), r.headers.get("Retry-After", "")
+            assert (r.status, status.get("kind"), status.get("reason")) == (429, "Status", "TooManyRequests"), status
+            assert retry_after.isdigit() and int(retry_after) >= 1
+            assert kube.metric("partition_proxy_rejected_requests_total", server=configured.server, reason="identity") == rejected + 1
+            async with s.get(url, ssl=kube.client_ssl(f"other-{unique}", (PROXY_ADMINS_GROUP,))) as r:
+                assert r.status == 200, "another identity is not limited by this one's requests"
+        finally:
+            release.set()
+            created = await asyncio.gather(*held, return_exceptions=True)
+        assert created == [201] * INFLIGHT_PER_IDENTITY
+        async with s.get(url, ssl=busy) as r:
+            assert r.status == 200, "the slots are given back"
+
+
+async def test_trusted_groups_read_from_the_cache_without_asking_and_other_groups_are_asked(
+    kube: Kube, configured: ProxyProcess, unique: str
+) -> None:
+    """Neither user has any RBAC on the partitions. A member of `auth.trusted_groups` reads what a
+    watch cache holds without a SubjectAccessReview; the group is passed on to the partitions
+    unchanged, which judge it like any other (a read that goes upstream is denied)."""
+    trusted = kube.client_ssl(f"reader-{unique}", (TRUSTED_GROUP,))
+    untrusted = kube.client_ssl(f"outsider-{unique}", ("partition-proxy:cache-outsiders",))
+    names = {n for p in ("rp1", "rp2") for n in kube.kubectl("get", "nodes", "-o", "name", kubeconfig=kube.direct(p)).split()}
+
+    deadline = time.monotonic() + 10
+    while True:  # from the nodes cache, once it caught up with nodes other tests just made
+        code, listed, _ = await _get_as(configured.server, "/api/v1/nodes?resourceVersion=0", trusted)
+        cached = {f"node/{i['metadata']['name']}" for i in listed.get("items", [])}
+        if code != 200 or cached == names or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    assert code == 200, listed
+    assert cached == names
+    code, status, _ = await _get_as(configured.server, "/api/v1/nodes?resourceVersion=0", untrusted)
+    assert (code, status.get("reason")) == (403, "Forbidden"), status
+    assert f'User "outsider-{unique}" cannot list resource "nodes"' in status["message"]
+
+    code, status, _ = await _get_as(configured.server, "/api/v1/nodes", trusted)  # a consistent list: upstream
+    assert (code, status.get("reason")) == (403, "Forbidden"), status
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{configured.server}/apis/authentication.k8s.io/v1/selfsubjectreviews", ssl=trusted,
+                          json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}) as resp:
+            assert resp.status == 201, await resp.text()
+            user = (await resp.json())["status"]["userInfo"]
+    assert (user["username"], sorted(user["groups"])) == (f"reader-{unique}", sorted([TRUSTED_GROUP, "system:authenticated"]))
