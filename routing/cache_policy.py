@@ -9,7 +9,7 @@ kube-apiserver could give:
   fields the cache indexes and is at least as narrow as the cache's;
 - its resourceVersion semantics allow it: a LIST with RV=0, or NotOlderThan a proxy RV
   (legacy: RV=N without resourceVersionMatch and without limit); a WATCH from "", "0" or a
-  proxy RV; sendInitialEvents=true; a GET by name with RV=0. A consistent LIST (RV unset),
+  proxy RV; sendInitialEvents=true with resourceVersionMatch=NotOlderThan; a GET by name with RV=0. A consistent LIST (RV unset),
   `resourceVersionMatch=Exact` and `continue` pages go upstream.
 Whether the cache has reached (or still holds) a given RV is decided where the cache lives.
 """
@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from routing import rv as rvcodec
+from routing.query import refused_watch_options
 from routing.requestinfo import RequestInfo
 from routing.selectors import (
     SELECTABLE_FIELDS,
@@ -161,10 +162,10 @@ def _cache_mode(info: RequestInfo, query: Mapping[str, str], *, send_initial_eve
     if info.verb == "watch":
         if query.get("continue") or query.get("limit"):
             return None
-        if send_initial_events and rvm not in {"", "NotOlderThan"}:
-            return None
-        if not send_initial_events and rvm:
-            return None
+        if refused_watch_options(query):
+            return None  # the partitions answer their 422 (proxy.handlers.union_watch)
+        if "sendInitialEvents" in query and not send_initial_events:
+            return None  # valid (with NotOlderThan) and rare: the partitions answer it
         return CacheMode.WATCH
     if info.verb == "list":
         if query.get("continue") or rvm == "Exact" or send_initial_events:

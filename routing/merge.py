@@ -142,7 +142,8 @@ class WatchMerge:
     codec: the RV space's codec (partitions in slot order, the shared epoch table); start: the
     starting vector (zeros when the client started from "" or "0"); initial: partitions still
     sending initial events; client_initial_events: the client asked sendInitialEvents=true
-    (write the merged end bookmark); bookmarks: the client asked allowWatchBookmarks=true.
+    (write the merged end bookmark, when it also asked for bookmarks, as the apiserver cacher
+    does); bookmarks: the client asked allowWatchBookmarks=true.
     """
 
     codec: rvcodec.RVCodec
@@ -197,7 +198,7 @@ class WatchMerge:
             self.initial.discard(partition)
             return None  # the client's own initial events ended long ago
         if end and partition in self.initial:
-            if self.initial == {partition} and self.client_initial_events:
+            if self.initial == {partition} and self.client_initial_events and self.bookmarks:  # cacher: only when asked
                 rv = self.rv  # raises RVUnencodable before any state changes: the bookmark can be retried
                 self.initial.discard(partition)
                 self.last_written = rv

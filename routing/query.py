@@ -37,3 +37,16 @@ def watch_lifetime(query: Mapping[str, str], *, choose: float | None = None) -> 
         return float(value)
     low, high = DEFAULT_WATCH_SECONDS
     return low + (high - low) * (random.random() if choose is None else choose)
+
+
+def refused_watch_options(query: Mapping[str, str]) -> bool:
+    """True when kube-apiserver answers this watch's sendInitialEvents / resourceVersionMatch
+    with 422 Invalid (apimachinery pkg/apis/meta/internalversion/validation validateWatchOptions,
+    the WatchList feature on): sendInitialEvents, true or false, needs
+    resourceVersionMatch=NotOlderThan, and resourceVersionMatch needs sendInitialEvents, is
+    NotOlderThan only and never comes with continue."""
+    sent = "sendInitialEvents" in query
+    match = query.get("resourceVersionMatch", "")
+    if sent and match != "NotOlderThan":
+        return True
+    return bool(match) and (not sent or match != "NotOlderThan" or bool(query.get("continue")))

@@ -107,7 +107,7 @@ async def serve_watch(
     if plan.vector is None or plan.send_initial_events:
         objects = cache.matching(plan.label_selector, plan.field_selector, plan.namespace, slot=slot, name=plan.name)
         initial = [cache.format.event("ADDED", o.raw) for o in objects]
-        if plan.send_initial_events:
+        if plan.send_initial_events and plan.bookmarks:  # as the cacher: setInitialEventsEndBookmarkIfRequested
             initial.append(cache.bookmark_line(cache.rv, initial_events_end=True))
             watcher.last_stamp = cache.rv
     else:

@@ -38,7 +38,7 @@ from routing import protobuf as pb
 from routing import rv as rvcodec
 from routing.decide import route_keep
 from routing.merge import WatchMerge, deleted_events
-from routing.query import is_malformed_rv, translated_query, watch_lifetime
+from routing.query import is_malformed_rv, refused_watch_options, translated_query, watch_lifetime
 from routing.status import expired, status, watch_error_event
 
 # events; each partition's reader may run this far ahead of the downstream writer before it
@@ -127,6 +127,7 @@ class UnionWatch:
         self.ex, self.ctx, self.merge = ex, ctx, merge
         self.client_rv = client_rv
         self.client_sie = ex.request.query.get("sendInitialEvents", "").lower() in _TRUE
+        self.refused_options = refused_watch_options(ex.request.query)
         self.streaming_start = streaming_start
         self.headers = upstream_request_headers(ex.request.headers)  # what every partition's watch sends
         self.headers["Accept"] = accept
@@ -149,7 +150,12 @@ class UnionWatch:
         replace: dict[str, str | None] = {"timeoutSeconds": None, "watch": "true", "allowWatchBookmarks": "true",
                                           "resourceVersion": str(native) if native else ("" if joining else self.client_rv)}
         first = self.streams[partition].opened == 0
-        if ((first or partition in merge.initial) and (self.client_sie or self.streaming_start)) or (joining and not native):
+        if first and self.refused_options:
+            # the client's own options, which kube-apiserver refuses: each partition answers
+            # its 422 Invalid (after its authorization, as kube-apiserver orders them)
+            replace |= {"sendInitialEvents": self.ex.request.query.get("sendInitialEvents"),
+                        "resourceVersionMatch": self.ex.request.query.get("resourceVersionMatch")}
+        elif ((first or partition in merge.initial) and (self.client_sie or self.streaming_start)) or (joining and not native):
             replace |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         else:
             replace |= {"sendInitialEvents": None, "resourceVersionMatch": None}

@@ -216,3 +216,98 @@ async def test_a_protobuf_first_client_gets_from_the_cache_what_the_partition_an
         facts = pbi.item_facts(pb.decode_envelope(event.object).raw, "", "nodes")
         assert (facts.name, facts.labels) == (name, {"zone": "b"})
     kube.kubectl("delete", "node", name, kubeconfig=kube.direct("rp1"))
+
+
+STREAMING_LIST = {"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "allowWatchBookmarks": "true"}
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+async def _initial_events(resp: aiohttp.ClientResponse) -> list[dict[str, Any]]:
+    """The events of a streaming list (KEP-3157) up to and including its initial-events-end
+    bookmark; the stream stays open."""
+    assert resp.status == 200, await resp.text()
+    events = []
+    while True:
+        event = json.loads(await asyncio.wait_for(resp.content.readline(), SECONDS))
+        events.append(event)
+        if event["type"] == "BOOKMARK" and (event["object"]["metadata"].get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+            return events
+
+
+async def test_a_streaming_list_of_nodes_is_served_from_the_cache_as_the_partitions_stream_it(kube: Kube, unique: str) -> None:
+    """sendInitialEvents=true with resourceVersionMatch=NotOlderThan: straight at each RP, the
+    RP's nodes as ADDED events, then one bookmark annotated initial-events-end; through the proxy
+    the same events over both RPs, from the nodes cache (no upstream watch is opened for it),
+    ending with one such bookmark whose RV is the vector of both RPs."""
+    for p in ("rp1", "rp2"):
+        kube.create(node(f"{p}-streamed-{unique}", {"streamed": unique}), kubeconfig=kube.direct(p))
+    ctx = kube.client_ssl()
+    url = f"{kube.proxy.server}/api/v1/nodes"
+    async with aiohttp.ClientSession() as s:
+        direct: dict[str, list[dict[str, Any]]] = {}
+        for p in ("rp1", "rp2"):
+            async with s.get(f"{kube.fed.partition(p).server}/api/v1/nodes", params=STREAMING_LIST, ssl=kube.partition_ssl(p)) as resp:
+                direct[p] = await _initial_events(resp)
+        for p, events in direct.items():
+            assert [e["type"] for e in events] == ["ADDED"] * (len(events) - 1) + ["BOOKMARK"], p
+        want = {e["object"]["metadata"]["name"]: e["object"]["metadata"].get("labels") or {} for p in direct for e in direct[p][:-1]}
+        deadline = time.monotonic() + SECONDS
+        while {i["metadata"]["name"] for i in (await _get_json(s, url, ctx, resourceVersion="0"))["items"]} != set(want):
+            assert time.monotonic() < deadline, "the nodes cache never caught up with the partitions"
+            await asyncio.sleep(0.1)
+
+        upstream = {p: await _partition_watch_count(kube, p, "nodes") for p in ("rp1", "rp2")}
+        served = kube.metric("partition_proxy_requests_total", route="serve-from-cache", partition="nodes", verb="watch")
+        async with s.get(url, params=STREAMING_LIST, ssl=ctx) as resp:
+            events = await _initial_events(resp)
+            assert {p: await _partition_watch_count(kube, p, "nodes") for p in ("rp1", "rp2")} == upstream, "no upstream watch"
+    assert kube.metric("partition_proxy_requests_total", route="serve-from-cache", partition="nodes", verb="watch") == served + 1
+
+    assert [e["type"] for e in events] == ["ADDED"] * (len(events) - 1) + ["BOOKMARK"]
+    assert {e["object"]["metadata"]["name"]: e["object"]["metadata"].get("labels") or {} for e in events[:-1]} == want
+    bookmark, direct_bookmark = events[-1]["object"], direct["rp1"][-1]["object"]
+    assert (bookmark["apiVersion"], bookmark["kind"]) == (direct_bookmark["apiVersion"], direct_bookmark["kind"]) == ("v1", "Node")
+    assert bookmark["metadata"]["annotations"] == direct_bookmark["metadata"]["annotations"] == {INITIAL_EVENTS_END: "true"}
+    # the bookmark's RV is the vector of both RPs, at or past every object it streamed
+    vector = kube.rv_codec(("rp1", "rp2")).decode(bookmark["metadata"]["resourceVersion"])
+    for slot, p in enumerate(("rp1", "rp2")):
+        assert vector[slot] >= max(int(e["object"]["metadata"]["resourceVersion"]) for e in direct[p][:-1]), (p, vector)
+        kube.kubectl("delete", "node", f"{p}-streamed-{unique}", kubeconfig=kube.direct(p))
+
+
+async def _watch_lines(session: aiohttp.ClientSession, url: str, ctx: ssl.SSLContext, params: dict[str, str]) -> tuple[int, list[dict[str, Any]]]:
+    """The status and every line of a watch that ends after its timeoutSeconds."""
+    async with session.get(url, params=params, ssl=ctx) as resp:
+        if resp.status != 200:
+            return resp.status, [await resp.json()]
+        return resp.status, [json.loads(line) async for line in resp.content if line.strip()]
+
+
+async def test_streaming_list_options_kube_apiserver_refuses_or_ignores_are_refused_or_ignored_through_the_cache(kube: Kube, unique: str) -> None:
+    """Through the proxy as straight at rp1 (apimachinery validateWatchOptions, cacher
+    setInitialEventsEndBookmarkIfRequested): sendInitialEvents without
+    resourceVersionMatch=NotOlderThan, or the other way round, is the same 422 Invalid naming
+    resourceVersionMatch (the union watch lets the partitions answer it; the nodes cache used
+    to serve it); without allowWatchBookmarks=true a streaming list from the cache carries no
+    end bookmark."""
+    kube.create(node(f"rp1-quiet-{unique}", {"quiet": unique}), kubeconfig=kube.direct("rp1"))
+    ctx = kube.client_ssl()
+    rp1 = kube.fed.partition("rp1")
+    async with aiohttp.ClientSession() as s:
+        for params in ({"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true", "timeoutSeconds": "5"},
+                       {"watch": "1", "sendInitialEvents": "false", "timeoutSeconds": "5"},
+                       {"watch": "1", "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": "5"}):
+            through = await _watch_lines(s, f"{kube.proxy.server}/api/v1/nodes", ctx, params)
+            direct = await _watch_lines(s, f"{rp1.server}/api/v1/nodes", kube.partition_ssl("rp1"), params)
+            assert through[0] == direct[0] == 422, (params, through, direct)
+            got, want = through[1][0], direct[1][0]
+            assert got == want and want["reason"] == "Invalid", (got, want)
+            assert want["details"]["causes"][0]["field"] == "resourceVersionMatch"
+
+        quiet = {"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": "2"}
+        through = await _watch_lines(s, f"{kube.proxy.server}/api/v1/nodes", ctx, quiet)
+        direct = await _watch_lines(s, f"{rp1.server}/api/v1/nodes", kube.partition_ssl("rp1"), quiet)
+    kube.kubectl("delete", "node", f"rp1-quiet-{unique}", kubeconfig=kube.direct("rp1"))
+    assert through[0] == direct[0] == 200
+    assert direct[1] and {e["type"] for e in direct[1]} == {"ADDED"}, direct
+    assert through[1] and {e["type"] for e in through[1]} == {"ADDED"}, through

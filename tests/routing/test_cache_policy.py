@@ -65,3 +65,21 @@ def test_the_native_codec_speaks_the_partitions_own_rvs(native: int) -> None:
 def test_the_native_codec_refuses_what_is_no_native_rv(rv: str) -> None:
     with pytest.raises(rvcodec.RVMalformed):
         rvcodec.NativeCodec("tp1").decode(rv)
+
+
+@pytest.mark.parametrize(
+    ("query", "modes"),
+    [
+        ({"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}, [CacheMode.WATCH]),
+        ({"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "resourceVersion": "7"}, [CacheMode.WATCH]),
+        # kube-apiserver answers 422 Invalid (validateWatchOptions): the partitions say so
+        ({"watch": "1", "sendInitialEvents": "true"}, []),
+        ({"watch": "1", "sendInitialEvents": "false"}, []),
+        ({"watch": "1", "resourceVersionMatch": "NotOlderThan"}, []),
+        ({"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "Exact"}, []),
+        # valid, rare: a watch from an RV with NotOlderThan semantics and no initial events
+        ({"watch": "1", "sendInitialEvents": "false", "resourceVersionMatch": "NotOlderThan"}, []),
+    ],
+)
+def test_a_watch_is_served_from_the_cache_only_with_the_options_kube_apiserver_accepts(query: dict[str, str], modes: list[CacheMode]) -> None:
+    assert _choose(query) == modes

@@ -332,8 +332,8 @@ def test_bookmark_is_written_only_when_the_vector_advanced() -> None:
     assert rvcodec.compare(rv_of(line), rv_of(event_line)) == 1
 
 
-def _initial_events_run(client_initial_events: bool) -> list[bytes]:
-    wm = merge(initial={"tp1", "tp2"}, client_initial_events=client_initial_events, bookmarks=True)
+def _initial_events_run(client_initial_events: bool, bookmarks: bool = True) -> list[bytes]:
+    wm = merge(initial={"tp1", "tp2"}, client_initial_events=client_initial_events, bookmarks=bookmarks)
     out: list[bytes] = []
     out += wm.on_line("tp1", event("ADDED", "a", "bravo-web", 10))
     out += wm.on_line("tp2", event("ADDED", "b", "nova-web", 20))
@@ -360,6 +360,14 @@ def test_exactly_one_initial_events_end_bookmark_after_every_partition_finished(
     assert ends == [3]  # after tp2's end bookmark, the last partition to finish
     assert decode(docs[3]["object"]["metadata"]["resourceVersion"]) == (13, 22)
     assert not _is_end_bookmark(docs[5])
+
+
+def test_no_initial_events_end_bookmark_when_the_client_did_not_allow_bookmarks() -> None:
+    """The apiserver cacher sends it only to a client that asked allowWatchBookmarks=true
+    (cacher.go setInitialEventsEndBookmarkIfRequested)."""
+    docs = assert_wire_lines(_initial_events_run(client_initial_events=True, bookmarks=False))
+
+    assert [d["type"] for d in docs] == ["ADDED", "ADDED", "ADDED", "MODIFIED"]
 
 
 def test_partition_initial_events_end_bookmarks_are_swallowed() -> None:
