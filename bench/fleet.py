@@ -149,6 +149,7 @@ class Params:
     storm: bool
     content_type: str
     keep: bool
+    trace_memory: bool = False  # the proxy traces Python's allocations (PYTHONTRACEMALLOC=1, /debug/memory)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Params:
@@ -165,6 +166,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
     ap.add_argument("--no-storm", action="store_true", help="skip the reconnect storm (proxy restart)")
     ap.add_argument("--content-type", default="protobuf", choices=("protobuf", "json"), help="of the fleet")
     ap.add_argument("--keep", action="store_true", help="keep the federation root (logs, etcd data) after the run")
+    ap.add_argument("--trace-memory", action="store_true",
+                    help="the proxy traces Python's allocations: where each kubelet's bytes go (RSS is then inflated by the tracing)")
     a = ap.parse_args(argv)
     try:
         steps = tuple(int(x) for x in a.kubelets.split(",") if x.strip())
@@ -172,7 +175,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
         raise Refused(f"--kubelets must be counts separated by commas, not {a.kubelets!r}") from None
     params = Params(steps=steps, sides=tuple(x.strip() for x in a.sides.split(",") if x.strip()), duration=a.duration,
                     ramp=a.ramp, status_interval=a.status_interval, lease_interval=a.lease_interval, storm=not a.no_storm,
-                    content_type=a.content_type, keep=a.keep)
+                    content_type=a.content_type, keep=a.keep, trace_memory=a.trace_memory)
     validate(params)
     return params
 
@@ -384,6 +387,7 @@ class Snapshot:
     requests: dict[str, dict[str, int]]  # per partition: apiserver_request_total per verb
     sars: dict[str, int]  # per partition: SubjectAccessReviews answered (all verbs)
     proxy_watches: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] | None = None  # the proxy's /debug/memory, when it traces allocations
 
 
 def snapshot(step: Step, side: str, fleet_pid: int | None) -> Snapshot:
@@ -398,10 +402,13 @@ def snapshot(step: Step, side: str, fleet_pid: int | None) -> Snapshot:
     sockets = read_sockets()
     upstream: dict[str, int] = {}
     proxy_watches: dict[str, Any] = {}
+    memory: dict[str, Any] | None = None
     if side == "proxy":
         mine = socket_inodes(server_pid)
         upstream = {x: count_established(sockets, remote_port=step.fed.partition(x).port, inodes=mine) for x in parts}
         proxy_watches = proxy_watch_counts(step.admin.get("/metrics", accept="text/plain").decode())
+        if step.params.trace_memory:
+            memory = step.admin.get_json("/debug/memory")
     return Snapshot(
         t=t, server_cpu=server_cpu, server_rss=rss_median(server_pid), apiserver_cpu=apiserver_cpu,
         apiserver_rss={x: rss_bytes(pid) for x, pid in pids.items()}, fleet_cpu=fleet_cpu,
@@ -409,7 +416,7 @@ def snapshot(step: Step, side: str, fleet_pid: int | None) -> Snapshot:
         downstream=count_established(sockets, local_port=step.server_port(side)), upstream=upstream,
         watches={x: watch_counts(t) for x, t in texts.items()}, requests={x: request_total(t) for x, t in texts.items()},
         sars={x: sum(request_total(t, resource="subjectaccessreviews").values()) for x, t in texts.items()},
-        proxy_watches=proxy_watches,
+        proxy_watches=proxy_watches, memory=memory,
     )
 
 
@@ -663,6 +670,26 @@ def run_side(step: Step, side: str) -> dict[str, Any]:
     return out
 
 
+MEMORY_SITES_SHOWN = 20  # allocation sites listed per step, the largest growth first
+
+
+def memory_growth(n: int, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Where `n` kubelets' bytes went, from two /debug/memory readings of a tracing proxy:
+    RSS and traced (Python) growth per kubelet, the rest (native: OpenSSL, the event loop's
+    buffers, the allocator's slack) and the allocation sites that grew most, per kubelet
+    (bytes). A site present in only one reading counts 0 in the other (the listing is capped)."""
+    old = {x["site"]: x["bytes"] for x in before.get("sites", [])}
+    new = {x["site"]: x["bytes"] for x in after.get("sites", [])}
+    growth = sorted(((site, new.get(site, 0) - old.get(site, 0)) for site in old.keys() | new.keys()),
+                    key=lambda kv: kv[1], reverse=True)
+    rss = after["rss_bytes"] - before["rss_bytes"]
+    traced = after["traced_bytes"] - before["traced_bytes"]
+    return {
+        "rss_bytes": round(rss / n), "traced_bytes": round(traced / n), "untraced_bytes": round((rss - traced) / n),
+        "sites": [{"site": site, "bytes": round(grown / n)} for site, grown in growth[:MEMORY_SITES_SHOWN]],
+    }
+
+
 def steady_figures(n: int, side: str, base: Snapshot, idle: dict[str, float], window: tuple[Snapshot, Snapshot],
                    status: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
     """Every figure of the steady window (its first and last snapshot and fleet status), logged
@@ -678,6 +705,8 @@ def steady_figures(n: int, side: str, base: Snapshot, idle: dict[str, float], wi
     }
     if side == "proxy":
         out["proxy_downstream_watches"] = s1.proxy_watches
+    if base.memory and s1.memory:
+        out["memory_per_kubelet"] = memory_growth(n, base.memory, s1.memory)
     sf, c, w = out["server_figures"], out["connections"], out["upstream_watches"]
     log(f"[{side}-{n}] per kubelet: server RSS {sf['rss_per_kubelet_bytes']} B, CPU {sf['cpu_us_per_kubelet_s']} us/s "
         f"(net of idle), "
@@ -764,7 +793,8 @@ def run_step(p: Params, n: int, root: Path) -> dict[str, Any]:
     try:
         log(f"[{n} kubelets] starting the federation (tp1, tp2, rp1, rp2 behind the proxy; {PEER} the peer)")
         fed.start()
-        proxies.append(ProxyProcess(fed, root / "proxy", partitions=list(PROXIED), extra=proxy_extra(n)))
+        proxies.append(ProxyProcess(fed, root / "proxy", partitions=list(PROXIED), extra=proxy_extra(n),
+                                    env={"PYTHONTRACEMALLOC": "1"} if p.trace_memory else None))
         step = prepare(p, n, fed, proxies[0], clients)
         result["setup_s"] = round(time.monotonic() - t0, 1)
         for side in p.sides:

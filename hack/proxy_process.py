@@ -96,12 +96,15 @@ class ProxyProcess:
         extra: Mapping[str, Any] | None = None,
         workers: int | None = 1,
         event_loop: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """`workers`: `serve --workers` (None: the proxy's default, one per CPU). Tests default
-        to 1: one process holds every limit and cache they assert on."""
+        to 1: one process holds every limit and cache they assert on. `env` adds to the
+        process's environment (e.g. PYTHONTRACEMALLOC=1 for /debug/memory)."""
         self.fed = fed
         self.workers = workers
         self.event_loop = event_loop
+        self.env = dict(env or {})
         self.directory = directory
         self.port = port or _free_ports(1)[0]
         self.config_path = write_proxy_config(
@@ -134,7 +137,7 @@ class ProxyProcess:
             argv += ["--workers", str(self.workers)]
         if self.event_loop is not None:
             argv += ["--event-loop", self.event_loop]
-        self.popen = spawn(argv, log=self.log_path, cwd=REPO)
+        self.popen = spawn(argv, log=self.log_path, cwd=REPO, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:

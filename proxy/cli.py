@@ -30,6 +30,7 @@ from pathlib import Path
 
 from config import ConfigError, load_config
 from config.models import ListenConfig, ProxyConfig
+from proxy.allocator import tune_allocator
 from proxy.app import ProxyApp, build_caches, build_resource_versions
 from proxy.fronts.listener import offer_alpn
 from proxy.sizing import Federation, estimate
@@ -188,6 +189,7 @@ def _serve(args: argparse.Namespace) -> int:
     """`serve`: load the config and check it as far as start-up can before any I/O (exit 2 on
     an error), then run the workers of `--workers N`, or the proxy in this process until a
     signal stops it (exit 0; 1 when start-up fails)."""
+    tune_allocator()  # first: before the config and caches allocate
     faulthandler.enable()  # a crash in a C extension (uvloop, orjson, ssl) leaves its Python stack on stderr
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a reload, never a hang-up, even before the loop handles it
     worker = os.environ.get(WORKER_ENV)

@@ -184,3 +184,14 @@ def test_partition_figures_give_requests_per_second_and_subjectaccessreviews_ove
     assert out["subjectaccessreviews_window"] == 2
     assert out["rss_growth_mib"] == 10.0
     assert out["cpu_us_per_kubelet_s"] == 800.0  # (1.0 - 0.2) s / 10 s / 100 kubelets
+
+
+def test_memory_growth_is_per_kubelet_and_lists_the_sites_that_grew_most() -> None:
+    before = {"rss_bytes": 100_000, "traced_bytes": 50_000,
+              "sites": [{"site": "a.py:1", "bytes": 10_000, "count": 1}, {"site": "b.py:2", "bytes": 5_000, "count": 1}]}
+    after = {"rss_bytes": 300_000, "traced_bytes": 150_000,
+             "sites": [{"site": "b.py:2", "bytes": 85_000, "count": 9}, {"site": "c.py:3", "bytes": 20_000, "count": 4},
+                       {"site": "a.py:1", "bytes": 10_000, "count": 1}]}
+    got = fleet.memory_growth(10, before, after)
+    assert got["rss_bytes"] == 20_000 and got["traced_bytes"] == 10_000 and got["untraced_bytes"] == 10_000
+    assert got["sites"] == [{"site": "b.py:2", "bytes": 8_000}, {"site": "c.py:3", "bytes": 2_000}, {"site": "a.py:1", "bytes": 0}]

@@ -1,0 +1,40 @@
+"""The C allocator's settings for a process holding thousands of TLS connections.
+
+uvloop gives every TLS connection a 256 KiB read buffer (`SSL_READ_MAX_SIZE`, sslproto.pyx,
+malloc'd for the connection's life) of which a kubelet's connection touches a few KiB. glibc
+serves an allocation that large from mmap, so only touched pages are resident, until the first
+such buffer is freed: glibc then raises its mmap threshold above 256 KiB (its dynamic
+threshold) and later buffers come from the heap, where pages touched by earlier bodies (a list
+answer, a freed connection's buffer) stay resident and fragment. Fixing the threshold at glibc's
+own starting value keeps every such buffer in its own mapping: measured with
+`python -m bench.fleet --kubelets 500 --sides proxy --no-storm --duration 20` on 2 cores:
+115-163 KiB of proxy RSS per kubelet with the dynamic threshold (3 runs), 99-110 KiB with it
+fixed here (4 runs; docs/sizing.md, "Where a kubelet's bytes go")."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+
+log = logging.getLogger("partition_proxy.allocator")
+
+# mallopt(3) parameter: allocations of at least this many bytes are mmap'd (and unmapped on free).
+_M_MMAP_THRESHOLD = -3
+# bytes: glibc's default starting threshold (DEFAULT_MMAP_THRESHOLD_MIN); setting it explicitly
+# turns the dynamic raise off. Below 256 KiB so uvloop's TLS read buffers are always mapped.
+MMAP_THRESHOLD = 128 * 1024
+
+
+def tune_allocator() -> bool:
+    """Fix glibc's mmap threshold at MMAP_THRESHOLD bytes for this process. True when set;
+    False (logged at debug) where the C library is not glibc (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        log.debug("no mallopt in the C library (%s): the allocator keeps its defaults", name)
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))

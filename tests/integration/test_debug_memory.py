@@ -1,0 +1,40 @@
+"""`/debug/memory`: a replica's resident bytes, and where Python's bytes are allocated when the
+operator turns tracing on (PYTHONTRACEMALLOC=1), as `bench/fleet.py --trace-memory` reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+
+from hack.proxy_process import ProxyProcess
+from tests.federation import Kube
+
+
+async def _memory(server: str, ssl: object) -> dict[str, object]:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{server}/debug/memory", ssl=ssl) as r:
+            assert r.status == 200, await r.text()
+            body: dict[str, object] = await r.json()
+            return body
+
+
+async def test_memory_without_tracing_gives_resident_bytes_only(kube: Kube) -> None:
+    body = await _memory(kube.proxy.server, kube.client_ssl())
+    assert body["tracing"] is False and "sites" not in body
+    assert isinstance(body["rss_bytes"], int) and body["rss_bytes"] > 10 * 2**20
+
+
+async def test_memory_with_tracing_lists_the_largest_allocation_sites(kube: Kube, tmp_path: Path) -> None:
+    proxy = ProxyProcess(kube.fed, tmp_path / "proxy", env={"PYTHONTRACEMALLOC": "1"}).start(timeout=120)
+    try:
+        body = await _memory(proxy.server, kube.client_ssl())
+    finally:
+        proxy.stop()
+    assert body["tracing"] is True
+    sites = body["sites"]
+    assert isinstance(sites, list) and sites
+    sizes = [site["bytes"] for site in sites]
+    assert sizes == sorted(sizes, reverse=True)
+    assert all(site["site"].rsplit(":", 1)[1].isdigit() for site in sites)
+    assert 0 < sum(sizes) <= body["traced_bytes"]  # type: ignore[operator]
