@@ -305,7 +305,8 @@ class ProxyApp:
 
 
 def _read_health(ctx: ProxyContext, metrics: Metrics) -> None:
-    """The partitions' availability and the resourceVersion table's age, at scrape time."""
+    """The partitions' availability, the resourceVersion table's age and the asyncio tasks
+    alive, at scrape time (on the event loop)."""
     for name, client in ctx.clients.items():
         metrics.partition_available.labels(name).set(0 if client.is_marked_down else 1)
     # A retired partition's client is closed and gone: its sample goes too, or its last value
@@ -316,6 +317,8 @@ def _read_health(ctx: ProxyContext, metrics: Metrics) -> None:
                 metrics.partition_available.remove(sample.labels["partition"])
     read_at = ctx.rv.read_at
     metrics.table_age.set(time.monotonic() - read_at if read_at else float("inf"))
+    with contextlib.suppress(RuntimeError):  # no running loop: called outside one (a unit test)
+        metrics.tasks.set(len(asyncio.all_tasks()))
 
 
 async def _close_after(client: PartitionClient, delay: float) -> None:

@@ -35,6 +35,8 @@ partition_proxy_partition_available{partition}: 1 while the proxy sends the part
 partition_proxy_resource_version_table_age_seconds: seconds since the resourceVersion table was
   last read from the system partition (it is read every `refresh_seconds`; RVs of merged
   resources need it).
+partition_proxy_asyncio_tasks: asyncio tasks alive in the process at scrape time (every stream
+  and request holds one): flat under steady load, a task leak grows it (bench/soak.py checks it).
 process_*: prometheus-client's process figures (resident memory, CPU seconds, open files), per
   process; with workers, summed over them (the start time: the earliest).
 
@@ -186,6 +188,7 @@ class Metrics:
     watchers_behind: Counter
     partition_available: Gauge
     table_age: Gauge
+    tasks: Gauge
     # with `serve --workers N`: the directory of every worker's metrics socket
     workers_dir: str | None = None
     _connection_counts: list[tuple[Callable[[], Mapping[str, int]], Mapping[str, int]]] = field(default_factory=list)
@@ -319,6 +322,11 @@ class Metrics:
                 "partition_proxy_partition_available",
                 "1 while the proxy sends the partition requests, 0 while its circuit breaker holds it marked down.",
                 ("partition",),
+                registry=registry,
+            ),
+            tasks=Gauge(
+                "partition_proxy_asyncio_tasks",
+                "asyncio tasks alive in the process, read at scrape time.",
                 registry=registry,
             ),
             table_age=Gauge(

@@ -83,7 +83,8 @@ class Dispatch:
             if not expired and not can_serve(cache, found):
                 continue
             ex.route_kind, ex.target = "serve-from-cache", cache.spec.name
-            partitions = [route.partitions[0]] if pinned else list(cache.space)
+            # a retired partition keeps its slot in the cache's space but has no client: ask the live ones
+            partitions = [route.partitions[0]] if pinned else [p for p in cache.space if p not in cache.codec.retired]
             decision = await ctx.authz.allowed(ex.identity, resource_attributes(ex.info, request.query), partitions)
             if not decision.allowed:
                 await ex.respond(answers.refused(ex.identity, ex.info, decision.reason, error=decision.error))

@@ -83,6 +83,15 @@ def test_a_partition_marked_down_in_one_worker_shows_as_down_in_the_merge() -> N
     assert values[("partition_proxy_resource_version_table_age_seconds", ())] == 40
 
 
+def test_asyncio_tasks_of_the_workers_add_up_in_the_merge() -> None:
+    one, two = Metrics.create(), Metrics.create()
+    one.tasks.set(120)
+    two.tasks.set(80)
+    merged = metrics_workers.merge([metrics_workers.families(one, []), metrics_workers.families(two, [])])
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value for m in merged for s in m.samples}
+    assert values[("partition_proxy_asyncio_tasks", ())] == 200
+
+
 async def test_a_scrape_asks_the_other_workers_over_their_sockets_and_leaves_out_one_that_is_gone(tmp_path: Path) -> None:
     mine, other = Metrics.create(workers_dir=str(tmp_path)), Metrics.create(workers_dir=str(tmp_path))
     mine.reloads.labels("applied").inc()
