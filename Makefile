@@ -10,7 +10,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test unit venv components components-run lint clean bench loadtest conformance
+.PHONY: run test unit venv components components-run lint clean bench loadtest soak conformance
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -59,6 +59,15 @@ bench: venv components
 loadtest: venv components
 	$(VENV)/bin/python -m bench.density $(ARGS) > /dev/null
 	$(VENV)/bin/python -m bench.report .local/bench/density.json --out .local/bench/density.md
+
+# The soak (bench/soak.py, issue 29): an hour of the living federation (2 TPs x 2 RPs, two proxy
+# replicas, 1,000 kubelets, the control plane, workload churn) under every kind of fault, with
+# checkers that fail the run (exit 1): events lost, duplicated or reordered, pods stuck, Leases
+# expired, 5xx outside a fault window, replica memory, open files or tasks growing. JSON and a
+# PNG in .local/bench/ (add ARGS=--results for bench/results/). ARGS passes flags, e.g.
+# make soak ARGS="--minutes 10 --kubelets 500".
+soak: venv components
+	$(VENV)/bin/python -m bench.soak $(ARGS) > /dev/null
 
 # The Kubernetes e2e suite (k8s.io/kubernetes/test/e2e v1.36.3, README "Conformance"): the API
 # machinery specs and the API-only conformance specs, through the proxy and straight at a peer

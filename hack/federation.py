@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Literal
 
 from hack.pki import CertificateAuthority, write_kubeconfig, write_service_account_key
-from hack.procs import FederationError, spawn, stop_processes, tail  # FederationError: re-exported
+from hack.procs import FederationError, signal_group, spawn, stop_processes, tail  # FederationError: re-exported
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BIN_DIR = REPO / ".local" / "bin"
@@ -305,13 +305,33 @@ class Federation:
             if busy:
                 raise FederationError(f"ports still in use after stop: {busy}")
 
-    def stop_apiserver(self, name: str) -> None:
-        """Stop one partition's kube-apiserver (SIGTERM, then SIGKILL after 10 s); its etcd keeps
-        running, so `start_apiserver` brings the partition back with its data."""
+    def stop_apiserver(self, name: str, grace: float = _STOP_GRACE_SECONDS) -> None:
+        """Stop one partition's kube-apiserver (SIGTERM, then SIGKILL after `grace` seconds); its
+        etcd keeps running, so `start_apiserver` brings the partition back with its data."""
         with self._lock:
             procs = [p for p in self._procs if p.kind == "kube-apiserver" and p.partition.name == name]
             self._procs = [p for p in self._procs if p not in procs]
+        stop_processes([p.popen for p in procs], grace)
+
+    def kill_apiserver(self, name: str) -> None:
+        """SIGKILL one partition's kube-apiserver (a crash: no graceful stop) and reap it; its
+        etcd keeps running, so `start_apiserver` brings the partition back with its data."""
+        with self._lock:
+            procs = [p for p in self._procs if p.kind == "kube-apiserver" and p.partition.name == name]
+            self._procs = [p for p in self._procs if p not in procs]
+        for proc in procs:
+            signal_group(proc.popen, signal.SIGKILL)
+            proc.popen.wait()
+
+    def restart_etcd(self, name: str, timeout: float = 60.0) -> None:
+        """Stop one partition's etcd (SIGTERM, SIGKILL after the grace period) and start it
+        again on its data; wait (seconds) until it is healthy. Its kube-apiserver keeps running
+        and reconnects. Raises FederationError."""
+        with self._lock:
+            procs = [p for p in self._procs if p.kind == "etcd" and p.partition.name == name]
+            self._procs = [p for p in self._procs if p not in procs]
         stop_processes([p.popen for p in procs], _STOP_GRACE_SECONDS)
+        self._wait([self._start_etcd(self.partition(name))], _etcd_ready, time.monotonic() + timeout)
 
     def start_apiserver(self, name: str, timeout: float = 60.0) -> None:
         """Start a stopped partition's kube-apiserver again and wait (seconds) until it is ready.

@@ -1,0 +1,76 @@
+"""The pure helpers of the soak's recorders (bench/soak_record.py): decoding the proxy RVs a
+recorder wrote with every epoch ever seen, turning recorders into checker logs, reading /metrics
+samples. No federation: RVs are made with routing.rv as the proxy makes them."""
+
+from __future__ import annotations
+
+from bench.soak_checks import LISTED
+from bench.soak_record import Clock, Decoder, RawSegment, Recorder, metrics_sample, native_log, parse_time, proxy_log
+from routing import rv as rvcodec
+
+SPACE = ("rp1", "rp2")
+OLD = rvcodec.Epoch(1, SPACE, 13, (100, 200))
+NEW = rvcodec.Epoch(2, SPACE, 13, (2148, 200))  # rp1 moved on by half a field
+
+
+def recorder(segments: list[RawSegment]) -> Recorder:
+    rec = Recorder(name="nodes@A", base="", path="", http=None, clock=Clock(), errors=None,  # type: ignore[arg-type]
+                   owner=lambda ns, n: n.split("-", 1)[0], list_rv="0")
+    rec.segments = segments
+    return rec
+
+
+def test_vector_and_object_form_rvs_decode_with_every_epoch_seen_even_one_the_table_dropped() -> None:
+    table_then = rvcodec.EpochTable((OLD,))
+    old_rv = table_then.encode(SPACE, (150, 250))
+    new_rv = rvcodec.EpochTable((OLD, NEW)).encode(SPACE, (4000, 260))
+    decoder = Decoder({1: OLD, 2: NEW}, ["tp1", "rp1", "rp2"])
+    assert decoder.vector(old_rv) == {"rp1": 150, "rp2": 250}
+    assert decoder.vector(new_rv) == {"rp1": 4000, "rp2": 260}
+    codec = rvcodec.RVCodec(SPACE, table_then)
+    assert decoder.vector(codec.object_rv(1, 77)) == {"rp2": 77}
+    assert Decoder({2: NEW}, SPACE).vector(old_rv) == {}  # an epoch never archived: counted, not guessed
+    assert decoder.undecodable == 0
+
+
+def test_a_recorder_through_the_proxy_becomes_a_log_of_native_rvs_per_owner() -> None:
+    table = rvcodec.EpochTable((OLD,))
+    codec = rvcodec.RVCodec(SPACE, table)
+    seg = RawSegment(start_rv=table.encode(SPACE, (150, 250)), end_rv=table.encode(SPACE, (160, 250)), t_start=1.0)
+    seg.listed = [(1.0, LISTED, ("", "rp1-n1", "u1"), "rp1", codec.object_rv(0, 140), "", False)]
+    seg.events = [(2.0, "MODIFIED", ("", "rp1-n1", "u1"), "rp1", table.encode(SPACE, (155, 250)), "", False),
+                  (3.0, "MODIFIED", ("", "rp2-n2", "u2"), "rp2", table.encode(SPACE, (155, 251)), "", False)]
+    log = proxy_log(recorder([seg]), Decoder({1: OLD}, SPACE))
+    (out,) = log.segments
+    assert out.start == {"rp1": 150, "rp2": 250} and out.end == {"rp1": 160, "rp2": 250}
+    assert [(e.key[1], e.partition, e.rv) for e in out.listed] == [("rp1-n1", "rp1", 140)]
+    assert [(e.key[1], e.partition, e.rv) for e in out.events] == [("rp1-n1", "rp1", 155), ("rp2-n2", "rp2", 251)]
+
+
+def test_a_recorder_straight_on_a_partition_keeps_its_native_rvs() -> None:
+    seg = RawSegment(start_rv="10", end_rv="12", t_start=0.0)
+    seg.events = [(1.0, "ADDED", ("ns", "p", "u"), "tp1", "11", "Pending", False)]
+    (out,) = native_log(recorder([seg]), "tp1").segments
+    assert (out.start, out.end, out.events[0].rv, out.events[0].phase) == ({"tp1": 10}, {"tp1": 12}, 11, "Pending")
+
+
+def test_metrics_sample_reads_in_flight_5xx_relists_and_tasks() -> None:
+    text = """\
+# HELP partition_proxy_inflight_requests Requests being served now.
+partition_proxy_inflight_requests{kind="long-running"} 664.0
+partition_proxy_inflight_requests{kind="other"} 2.0
+partition_proxy_requests_total{code="200",partition="tp1",route="forward",verb="get"} 10.0
+partition_proxy_requests_total{code="503",partition="tp2",route="forward",verb="patch"} 3.0
+partition_proxy_watch_cache_relists{cache="nodes",partition="rp1"} 2.0
+partition_proxy_watch_cache_relists{cache="node-leases",partition="rp1"} 1.0
+partition_proxy_asyncio_tasks 190.0
+process_open_fds 512.0
+"""
+    m = metrics_sample(5.0, "A", text)
+    assert (m.inflight_long_running, m.inflight_other, m.server_errors, m.requests, m.relists, m.tasks, m.open_fds) == (
+        664.0, 2.0, 3.0, 13.0, 3.0, 190.0, 512.0)
+    assert metrics_sample(5.0, "A", "process_open_fds 1.0\n").tasks is None
+
+
+def test_parse_time_reads_kubernetes_micro_time() -> None:
+    assert parse_time("2026-11-26T05:00:00.500000Z") == parse_time("2026-11-26T05:00:00Z") + 0.5
