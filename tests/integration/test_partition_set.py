@@ -283,6 +283,13 @@ async def test_partitions_join_and_retire_while_watches_stay_open(kube6: Kube, r
         assert all(sorted(w.of("DELETED")) == NEW_NODES for w in union_nodes)
         _, names = await list_rv(s, server, ctx, "/api/v1/nodes")
         assert not set(NEW_NODES) & set(names)
+        # A cached read by an identity the proxy has no decision for: its SubjectAccessReview
+        # goes to the cache's live partitions, not to rp3, which has no client any more (500).
+        kubelet = kube6.client_ssl("system:node:rp1-after-retire", ("system:nodes",))
+        own = {"resourceVersion": "0", "fieldSelector": "metadata.name=rp1-after-retire"}  # all a node may list
+        async with s.get(server + "/api/v1/nodes", params=own, ssl=kubelet) as r:
+            assert r.status == 200, await r.text()
+            assert (await r.json())["items"] == []
         # Resuming from an RV issued while rp3 lived replays its deletions (from the node cache);
         # a union watch opened from one, which keeps no state to replay them from, answers 410
         # and the client relists (an open union watch got them as DELETED above).
