@@ -445,8 +445,10 @@ class Window:
 
 
 @dataclass(frozen=True)
-class ErrorAttribution:
-    server_errors: int  # 5xx seen by the soak's clients
+class Attribution:
+    """Failures set against the fault windows: every one must fall in a window (or its slack)."""
+
+    total: int  # failures counted (5xx answers, or a counter's increments)
     attributed: dict[str, int]  # per window name
     unattributed: int
     examples: list[str]
@@ -464,7 +466,7 @@ def window_of(t: float, windows: Sequence[Window], slack: float) -> Window | Non
     return None
 
 
-def attribute_errors(errors: Iterable[ClientError], windows: Sequence[Window], *, slack: float) -> ErrorAttribution:
+def attribute_errors(errors: Iterable[ClientError], windows: Sequence[Window], *, slack: float) -> Attribution:
     """Every 5xx must fall in a fault window or end within `slack` seconds (the circuit
     breaker's open time plus 2 s) after it."""
     attributed: dict[str, int] = {}
@@ -481,23 +483,11 @@ def attribute_errors(errors: Iterable[ClientError], windows: Sequence[Window], *
                 examples.append(f"{e.status} at t={e.t:.1f} {e.source} {e.detail[:160]}")
         else:
             attributed[w.name] = attributed.get(w.name, 0) + 1
-    return ErrorAttribution(server_errors=total, attributed=attributed, unattributed=unattributed, examples=examples)
-
-
-@dataclass(frozen=True)
-class CounterAttribution:
-    total: int
-    attributed: dict[str, int]  # per window name
-    unattributed: int
-    examples: list[str]
-
-    @property
-    def passed(self) -> bool:
-        return self.unattributed == 0
+    return Attribution(total=total, attributed=attributed, unattributed=unattributed, examples=examples)
 
 
 def attribute_increments(increments: Iterable[tuple[float, float, int]], windows: Sequence[Window], *,
-                         slack: float) -> CounterAttribution:
+                         slack: float) -> Attribution:
     """A client's failure counter sampled over time (the fleet's `errors`): each increment
     (t_before, t_after, n) must overlap a fault window [start, end + slack]; when two samples
     bracket it, it happened somewhere between them."""
@@ -515,7 +505,7 @@ def attribute_increments(increments: Iterable[tuple[float, float, int]], windows
                 examples.append(f"{n} between t={t0:.1f} and t={t1:.1f}")
         else:
             attributed[w.name] = attributed.get(w.name, 0) + n
-    return CounterAttribution(total=total, attributed=attributed, unattributed=unattributed, examples=examples)
+    return Attribution(total=total, attributed=attributed, unattributed=unattributed, examples=examples)
 
 
 def increments(samples: Sequence[tuple[float, float]]) -> list[tuple[float, float, int]]:

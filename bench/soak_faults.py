@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.client
 import os
 import signal
 import time
@@ -49,7 +48,7 @@ from bench.soak_schedule import (
     WORKER_KILL,
     PlannedFault,
 )
-from hack.federation import HOST, Federation
+from hack.federation import Federation
 from hack.procs import FederationError, children
 from hack.proxy_process import ProxyProcess
 
@@ -155,7 +154,7 @@ class Faults:
         t0 = time.monotonic()
         await asyncio.to_thread(self.fed.restart_etcd, partition, READY_TIMEOUT)
         t_etcd = time.monotonic() - t0
-        await asyncio.to_thread(wait_apiserver_ready, self.fed, partition, READY_TIMEOUT)
+        await asyncio.to_thread(self.fed.wait_apiserver_ready, partition, READY_TIMEOUT)
         return {"etcd_down_and_up_s": round(t_etcd, 2), "apiserver_ready_s": round(time.monotonic() - t0, 2)}
 
     async def latency(self, partition: str) -> dict[str, Any]:
@@ -423,29 +422,3 @@ def rewrite(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     tmp.replace(path)
-
-
-# -- a partition's readiness -----------------------------------------------------------------
-
-
-def wait_apiserver_ready(fed: Federation, partition: str, timeout: float) -> None:
-    """Poll the partition's kube-apiserver /readyz (straight, as its admin) until 200."""
-    import ssl
-
-    p = fed.partition(partition)
-    ctx = ssl.create_default_context(cafile=str(fed.ca_file))
-    ctx.load_cert_chain(*map(str, p.admin_cert))
-    deadline = time.monotonic() + timeout
-    while True:
-        conn = http.client.HTTPSConnection(HOST, p.port, context=ctx, timeout=5)
-        try:
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                return
-        except (OSError, http.client.HTTPException):
-            pass
-        finally:
-            conn.close()
-        if time.monotonic() > deadline:
-            raise FederationError(f"kube-apiserver of {partition} not ready {timeout:.0f} s after its etcd restarted")
-        time.sleep(0.25)

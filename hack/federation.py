@@ -339,6 +339,21 @@ class Federation:
         partition = self.partition(name)
         self._wait([self._start_apiserver(partition)], self._apiserver_ready, time.monotonic() + timeout)
 
+    def wait_apiserver_ready(self, name: str, timeout: float = 60.0) -> None:
+        """Poll a running partition's kube-apiserver /readyz (straight, as its admin) until 200,
+        as after its etcd restarted. Raises FederationError after `timeout` seconds."""
+        partition = self.partition(name)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self._apiserver_ready(partition):
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            if time.monotonic() > deadline:
+                raise FederationError(f"kube-apiserver of {name} not ready within {timeout:.0f} s")
+            time.sleep(0.25)
+
     def issue_client_kubeconfig(
         self, name: str, *, user: str, groups: Sequence[str] = (), server: str
     ) -> Path:

@@ -223,7 +223,7 @@ def test_5xx_inside_a_window_or_its_slack_are_attributed_others_are_not() -> Non
     ok = [ClientError(31.0, 503, "probe"), ClientError(42.9, 503, "probe"), ClientError(100.0, 0, "probe"),
           ClientError(100.0, 409, "churn")]
     result = attribute_errors(ok, windows, slack=3.0)
-    assert result.passed and result.attributed == {"apiserver-kill tp2 #1": 2} and result.server_errors == 2
+    assert result.passed and result.attributed == {"apiserver-kill tp2 #1": 2} and result.total == 2
     late = attribute_errors([*ok, ClientError(43.5, 500, "recorder pods@A watch")], windows, slack=3.0)
     assert not late.passed and late.unattributed == 1 and "43.5" in late.examples[0]
 
