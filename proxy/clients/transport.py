@@ -38,6 +38,8 @@ from typing import cast
 
 import httptools
 
+from proxy.read_buffer import read_buffer
+
 # TCP keepalive of every connection: a peer that vanished without a reset (host down, network
 # cut) is noticed after IDLE + INTERVAL x COUNT seconds even on a silent watch.
 # seconds idle before the first probe; 30 s is well under kube-apiserver's 60 s bookmark period.
@@ -83,11 +85,13 @@ class InactivityTimeout(TimedOut):
     """A stream sent no byte for longer than its inactivity timeout."""
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection and the answer it is receiving (the parser's callbacks)."""
+class _Connection(asyncio.BufferedProtocol):
+    """One keep-alive connection and the answer it is receiving (the parser's callbacks). Read
+    through the thread's read buffer (`proxy.read_buffer`): llhttp parses the bytes in place and
+    copies out only headers and body."""
 
     __slots__ = (
-        "_endpoint", "_parser", "transport", "closed", "_headers", "head", "_chunks", "_buffered", "_waiter",
+        "_endpoint", "_parser", "_buffer", "transport", "closed", "_headers", "head", "_chunks", "_buffered", "_waiter",
         "complete", "error", "keep_alive", "_paused", "_drain", "deadline", "_why", "_last_read", "_inactivity", "idle_since", "loop",
     )
 
@@ -95,6 +99,7 @@ class _Connection(asyncio.Protocol):
         self._endpoint = endpoint
         self.loop = loop
         self._parser = httptools.HttpResponseParser(self)
+        self._buffer = read_buffer()
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._headers: list[tuple[bytes, bytes]] = []
@@ -118,7 +123,13 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is no asyncio.Transport subclass
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._buffer[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         if self._inactivity:
             self._last_read = self.loop.time()
         try:

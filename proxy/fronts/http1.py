@@ -236,7 +236,7 @@ class Http1Front:
             max_field_size=max_field_size,
         )
 
-    def protocol(self) -> asyncio.BaseProtocol:
+    def protocol(self) -> asyncio.Protocol:
         return self._server()
 
     @property

@@ -2,6 +2,7 @@
 ALPN chose `h2` and to the HTTP/1.1 front otherwise (`http/1.1`, no ALPN, or plain TCP), as Go's
 net/http does for kube-apiserver. Connections are counted per protocol for the metrics
 (`partition_proxy_connections`: open now; `partition_proxy_connections_accepted_total`).
+Both fronts read through the thread's read buffer (`proxy.read_buffer`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 
 from proxy.fronts.http1 import Http1Front
 from proxy.fronts.http2 import Http2Front
+from proxy.read_buffer import BufferedReads
 
 HTTP2 = "h2"
 HTTP1 = "http/1.1"
@@ -37,10 +39,10 @@ class _Negotiated(asyncio.Protocol):
         alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
         protocol: asyncio.BaseProtocol
         if alpn == HTTP2 and self._listener.http2 is not None:
-            protocol = self._listener.http2.protocol()
+            protocol = BufferedReads(self._listener.http2.protocol())
             self._listener.accepted[HTTP2] += 1
         else:
-            protocol = self._listener.http1.protocol()
+            protocol = BufferedReads(self._listener.http1.protocol())
             self._listener.accepted[HTTP1] += 1
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
