@@ -12,7 +12,11 @@ sent to the partitions with the proxy's own credential:
    extra, then act as the requested identity. Any denial is 403. `system:masters` can never be
    requested.
 
-Answers are cached briefly (`auth.authorization_cache_seconds`) per question.
+Answers are cached briefly (`auth.authorization_cache_seconds`) per question. A partition that
+cannot be asked (down, breaker open, timed out) is answered for by its own last answer to the
+same question when that is at most STALE_IF_ERROR_SECONDS old, so one partition down does not
+fail every cached read that spans it (a kubelet's pod watch over every tenant partition);
+without such an answer, the error stands (500, as kube-apiserver answers a failing authorizer).
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ import asyncio
 import functools
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from cachetools import TTLCache
+from cachetools import LRUCache
 from multidict import CIMultiDictProxy
 
 from config.models import AuthConfig
@@ -38,6 +43,10 @@ log = logging.getLogger("partition_proxy.authz")
 
 # entries; distinct questions remembered at once (user x verb x resource x namespace x name).
 _CACHE_SIZE = 50_000
+# seconds: how old a partition's answer may be and still stand in for it while it cannot be
+# asked; kube-apiserver's webhook authorizer reuses an "allowed" this long without asking
+# (--authorization-webhook-cache-authorized-ttl, default 5m).
+STALE_IF_ERROR_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +61,16 @@ class Decision:
 
 
 class Authorizer:
-    def __init__(self, config: AuthConfig, clients: Mapping[str, PartitionClient]) -> None:
+    def __init__(self, config: AuthConfig, clients: Mapping[str, PartitionClient], *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.clients = clients
         self.trusted = frozenset(config.trusted_groups)
-        self.cache: TTLCache[Any, Decision] = TTLCache(maxsize=_CACHE_SIZE, ttl=max(config.authorization_cache_seconds, 0.001))
+        self._fresh = config.authorization_cache_seconds
+        self._clock = clock
+        # question -> (clock time answered, answer): fresh for `_fresh` seconds, then kept (LRU)
+        # to stand in for its partition while the partition cannot be asked
+        self.cache: LRUCache[Any, tuple[float, Decision]] = LRUCache(maxsize=_CACHE_SIZE)
 
     async def allowed(
         self, identity: Identity, attributes: dict[str, Any], partitions: Sequence[str], *, trust: bool = True
@@ -76,8 +90,9 @@ class Authorizer:
         # 200-byte question), and a proxy with thousands of watchers by name keeps one per name.
         key = (partition, identity, hashlib.blake2b(orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS), digest_size=16).digest())
         cached = self.cache.get(key)
-        if cached is not None:
-            return cached
+        now = self._clock()
+        if cached is not None and now - cached[0] < self._fresh:
+            return cached[1]
         spec: dict[str, Any] = {"user": identity.user, "groups": list(identity.groups), "resourceAttributes": attributes}
         if identity.uid:
             spec["uid"] = identity.uid
@@ -85,9 +100,12 @@ class Authorizer:
         try:
             status = await post_review(self.clients[partition], "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
         except ReviewError as exc:
+            if cached is not None and now - cached[0] <= STALE_IF_ERROR_SECONDS:
+                log.debug("%s cannot be asked (%s): its answer of %.0f s ago stands", partition, exc, now - cached[0])
+                return cached[1]
             return Decision(False, str(exc), error=True)  # not cached: the next request asks again
         decision = Decision(bool(status.get("allowed")) and not status.get("denied"), status.get("reason", ""))
-        self.cache[key] = decision
+        self.cache[key] = (now, decision)
         return decision
 
 

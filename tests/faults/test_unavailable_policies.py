@@ -1,7 +1,9 @@
 """A union list with a tenant partition down, under each `failure.union_policy`
 (docs/serving.md, "Failure semantics"): `partial` answers the partitions that answer with a
 `Warning`, taking the down partition's share from a watch cache when one holds it (marked
-stale); `unavailable` answers 503 ServiceUnavailable with an integer `Retry-After`.
+stale); `unavailable` answers 503 ServiceUnavailable with an integer `Retry-After`. A cached
+read by a kubelet goes on through the outage: tp2's last answer to its SubjectAccessReview stands
+for tp2 (proxy.authz, STALE_IF_ERROR_SECONDS).
 
 A federation of its own (2 TPs, 1 RP) and two proxies in front of it, one per policy, each with a
 watch cache of the pods labelled tier=critical; tp2's kube-apiserver is stopped (its etcd keeps
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import pytest
 
 from hack.proxy_process import ProxyProcess
@@ -36,6 +39,7 @@ class Env:
     unavailable: ProxyProcess  # union_policy: unavailable
     pods: dict[str, set[tuple[str, str]]]  # partition -> (namespace, name) of its pods
     critical_tp2: dict[str, Any]  # tp2's critical pod as tp2 answered it before it went down
+    kubelet_before: tuple[int, set[tuple[str, str]]]  # a kubelet's cached read before tp2 stopped
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +60,25 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         try:
             for server in (kube.proxy.server, unavailable.server):
                 _until_cached(kube, server, {(ns, "critical") for held in pods.values() for ns, _ in held})
+            kubelet_before = asyncio.run(_kubelet_read(kube, KUBELET))
             kube.fed.stop_apiserver("tp2")
-            yield Env(kube, unavailable, pods, critical_tp2)
+            yield Env(kube, unavailable, pods, critical_tp2, kubelet_before)
         finally:
             unavailable.stop()
+
+
+KUBELET = "rp1-x"  # the node both critical pods are bound to
+
+
+async def _kubelet_read(kube: Kube, node: str) -> tuple[int, set[tuple[str, str]]]:
+    """Node `node`'s kubelet lists its critical pods at resourceVersion=0 (answered from the
+    critical-pods cache, authorized by a SubjectAccessReview to each TP): (status, pods)."""
+    query = {"fieldSelector": f"spec.nodeName={node}", "labelSelector": "tier=critical", "resourceVersion": "0"}
+    async with aiohttp.ClientSession() as s:
+        async with s.get(kube.proxy.server + "/api/v1/pods", params=query, ssl=kube.client_ssl(f"system:node:{node}", ("system:nodes",)),
+                         timeout=aiohttp.ClientTimeout(total=30)) as r:
+            doc = await r.json(content_type=None)
+            return r.status, {(i["metadata"]["namespace"], i["metadata"]["name"]) for i in doc.get("items", [])}
 
 
 def _get_json(kube: Kube, partition: str, *args: str) -> dict[str, Any]:
@@ -141,3 +160,15 @@ async def test_unavailable_policy_answers_a_union_list_with_503_and_retry_after(
     assert "Warning" not in headers
     code, doc, _ = await proxy_request(env.kube, "GET", "/api/v1/namespaces/acme-policies/pods", server=server)
     assert code == 200 and {i["metadata"]["name"] for i in doc["items"]} == {"critical", "plain"}, doc
+
+
+async def test_a_kubelets_cached_read_goes_on_with_a_tenant_partition_down(env: Env) -> None:
+    """The kubelet's read spans both TPs; tp2 cannot answer its SubjectAccessReview now, and its
+    answer from before the outage stands: 200 with both critical pods (tp2's from the cache), as
+    before tp2 stopped. An identity tp2 never answered for gets the error (500 InternalError, as
+    kube-apiserver answers a failing authorizer)."""
+    both = {("acme-policies", "critical"), ("zulu-policies", "critical")}
+    assert env.kubelet_before == (200, both)
+    assert await _kubelet_read(env.kube, KUBELET) == (200, both)
+    code, _ = await _kubelet_read(env.kube, "rp1-never-seen")
+    assert code == 500
