@@ -107,7 +107,7 @@ class AuthConfig(_Model):
     Reads answered from a watch cache are authorized with a SubjectAccessReview to every
     partition the answer comes from, cached `authorization_cache_seconds` per (user, groups,
     verb, resource, namespace, name, selectors); a partition that cannot be asked is answered
-    for by its last answer of at most 5 minutes ago (`proxy.authz`); members of
+    for by its last answer of at most 10 minutes ago (`proxy.authz`); members of
     `trusted_groups` skip it.
     """
 
