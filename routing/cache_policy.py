@@ -98,6 +98,9 @@ def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSp
         return None
     if spec.namespace and info.namespace != spec.namespace:
         return None
+    rv = query.get("resourceVersion", "")
+    if (info.verb == "get" and rv != "0") or (info.verb == "list" and rv == ""):
+        return None  # consistent reads (`_cache_mode`): decided before the selectors are parsed
     if not accepts_plain_json(accept):
         return None
     selectors = _cacheable_selectors(query, spec)
@@ -105,7 +108,6 @@ def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSp
         return None
     label_selector, field_selector = selectors
 
-    rv = query.get("resourceVersion", "")
     sie = query.get("sendInitialEvents", "").lower() in _TRUE
     vector: tuple[int, ...] | None = None
     if rv not in {"", "0"}:

@@ -83,3 +83,21 @@ def test_the_native_codec_refuses_what_is_no_native_rv(rv: str) -> None:
 )
 def test_a_watch_is_served_from_the_cache_only_with_the_options_kube_apiserver_accepts(query: dict[str, str], modes: list[CacheMode]) -> None:
     assert _choose(query) == modes
+
+
+def _choose_get(name: str, query: dict[str, str]) -> list[CacheMode]:
+    info = parse_request_info("GET", f"{CSIDRIVERS}/{name}", query)
+    return [plan.mode for _, plan in choose([SYSTEM], info, query, "application/json", rv_space=(), partitions=("tp1",))]
+
+
+@pytest.mark.parametrize("selector", [{}, {"labelSelector": "a=b"}, {"labelSelector": "a in (b"}, {"fieldSelector": "spec.x=y"}])
+def test_a_consistent_read_goes_upstream_whatever_its_selectors(selector: dict[str, str]) -> None:
+    """A GET without resourceVersion=0 and a LIST without a resourceVersion are consistent reads
+    only the partitions answer (the cacher's rule too, without ConsistentListFromCache): no cache,
+    valid selectors or not. With resourceVersion=0 the cache answers a valid selection."""
+    assert _choose_get("csi.example.com", selector) == []
+    assert _choose_get("csi.example.com", {**selector, "resourceVersion": "4711"}) == []
+    assert _choose(selector) == []
+    valid = "(" not in selector.get("labelSelector", "") and "fieldSelector" not in selector
+    assert _choose_get("csi.example.com", {**selector, "resourceVersion": "0"}) == ([CacheMode.GET] if valid else [])
+    assert _choose({**selector, "resourceVersion": "0"}) == ([CacheMode.LIST] if valid else [])
