@@ -718,9 +718,13 @@ def fleet_errors(sampler: Sampler, windows: Sequence[checks.Window], slack: floa
     """The kubelets' failed requests (the fleets' `errors` counters, read every second) against
     the fault windows (their classes, 5xx, 403, 429, connection refused, ..., are added from the
     fleets' reports once they stopped: `main`)."""
-    incs = []
+    incs: list[tuple[float, float, int] | tuple[float, float, int, str]] = []
     for name in sorted({s.fleet for s in sampler.fleet}):
-        incs += checks.increments([(s.t, s.errors) for s in sampler.fleet if s.fleet == name])
+        samples = [s for s in sampler.fleet if s.fleet == name]
+        if all(s.errors_by_class or not s.errors for s in samples):  # a fleet that reports its classes
+            incs += checks.class_increments([(s.t, s.errors_by_class) for s in samples])
+        else:
+            incs += checks.increments([(s.t, s.errors) for s in samples])
     result = checks.attribute_increments(incs, windows, slack=slack)
     return {**asdict(result), "passed": result.passed, "slack_s": slack}
 

@@ -486,15 +486,16 @@ def attribute_errors(errors: Iterable[ClientError], windows: Sequence[Window], *
     return Attribution(total=total, attributed=attributed, unattributed=unattributed, examples=examples)
 
 
-def attribute_increments(increments: Iterable[tuple[float, float, int]], windows: Sequence[Window], *,
-                         slack: float) -> Attribution:
+def attribute_increments(increments: Iterable[tuple[float, float, int] | tuple[float, float, int, str]],
+                         windows: Sequence[Window], *, slack: float) -> Attribution:
     """A client's failure counter sampled over time (the fleet's `errors`): each increment
-    (t_before, t_after, n) must overlap a fault window [start, end + slack]; when two samples
-    bracket it, it happened somewhere between them."""
+    (t_before, t_after, n[, what failed]) must overlap a fault window [start, end + slack]; when
+    two samples bracket it, it happened somewhere between them. An example of an unattributed
+    increment names what failed when the increment says it."""
     attributed: dict[str, int] = {}
     total = unattributed = 0
     examples: list[str] = []
-    for t0, t1, n in increments:
+    for t0, t1, n, *what in increments:
         if n <= 0:
             continue
         total += n
@@ -502,7 +503,7 @@ def attribute_increments(increments: Iterable[tuple[float, float, int]], windows
         if w is None:
             unattributed += n
             if len(examples) < SAMPLES:
-                examples.append(f"{n} between t={t0:.1f} and t={t1:.1f}")
+                examples.append(f"{n} between t={t0:.1f} and t={t1:.1f}" + (f": {what[0]}" if what and what[0] else ""))
         else:
             attributed[w.name] = attributed.get(w.name, 0) + n
     return Attribution(total=total, attributed=attributed, unattributed=unattributed, examples=examples)
@@ -511,6 +512,19 @@ def attribute_increments(increments: Iterable[tuple[float, float, int]], windows
 def increments(samples: Sequence[tuple[float, float]]) -> list[tuple[float, float, int]]:
     """A counter's (t, value) samples as (t_before, t_after, increase) for each rise."""
     return [(a[0], b[0], int(b[1] - a[1])) for a, b in zip(samples, samples[1:]) if b[1] > a[1]]
+
+
+def class_increments(samples: Sequence[tuple[float, Mapping[str, int]]]) -> list[tuple[float, float, int, str]]:
+    """Counters by class (the fleet's `errors_by_class`), sampled as (t, {class: count}), as
+    (t_before, t_after, increase, "class xN, ...") for each rise of their sum, the classes that
+    rose most first: which failures fell between two samples."""
+    out = []
+    for (t0, before), (t1, after) in zip(samples, samples[1:]):
+        rises = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+        if rises:
+            what = ", ".join(f"{k} x{v}" for k, v in sorted(rises.items(), key=lambda kv: -kv[1]))
+            out.append((t0, t1, sum(rises.values()), what))
+    return out
 
 
 # -- growth ----------------------------------------------------------------------------------

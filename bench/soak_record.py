@@ -485,6 +485,7 @@ class FleetSample:
     lease_failed: int
     errors: int
     oldest_renew_age_s: float
+    errors_by_class: dict[str, int] = field(default_factory=dict)  # `errors` by class ("update leases: 503": n)
 
 
 def machine_busy_seconds() -> float:
@@ -542,7 +543,8 @@ class Sampler:
             self.fleet.append(FleetSample(
                 t=self.clock.from_unix(doc["t_unix_ns"] / 1e9), fleet=name, kubelets=doc["kubelets"],
                 all_open=doc["kubelets_all_open"], open_watches=doc["open_watches"], lease_ok=doc["lease_renewals_ok"],
-                lease_failed=doc["lease_renewals_failed"], errors=doc["errors"], oldest_renew_age_s=doc["oldest_renew_age_s"]))
+                lease_failed=doc["lease_renewals_failed"], errors=doc["errors"], oldest_renew_age_s=doc["oldest_renew_age_s"],
+                errors_by_class=doc.get("errors_by_class") or {}))
 
     async def run_fleets(self, interval: float) -> None:
         """The fleets' status files (written every second) every `interval` seconds: when their

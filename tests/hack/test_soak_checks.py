@@ -20,6 +20,7 @@ from bench.soak_checks import (
     attribute_errors,
     after_largest_drop,
     attribute_increments,
+    class_increments,
     check_growth,
     check_history,
     check_leases,
@@ -274,6 +275,19 @@ def test_a_clients_failure_counter_must_rise_only_in_fault_windows() -> None:
     assert result.passed and result.total == 45 and result.attributed == {"rolling-restart B #1": 45}
     late = attribute_increments(increments([*counter, (160.0, 47.0)]), windows, slack=3.0)
     assert not late.passed and late.unattributed == 2 and "t=150.0" in late.examples[0]
+
+
+def test_an_unattributed_failure_of_a_fleet_that_reports_classes_says_what_failed() -> None:
+    windows = [Window("rolling-restart B #1", 100.0, 110.0)]
+    by_class = [(95.0, {}), (101.0, {"watch pods: 500 InternalError": 40}),
+                (150.0, {"watch pods: 500 InternalError": 40}),
+                (151.0, {"watch pods: 500 InternalError": 41, "update leases: 503": 2})]
+    incs = class_increments(by_class)
+    assert incs == [(95.0, 101.0, 40, "watch pods: 500 InternalError x40"),
+                    (150.0, 151.0, 3, "update leases: 503 x2, watch pods: 500 InternalError x1")]
+    result = attribute_increments(incs, windows, slack=3.0)
+    assert result.total == 43 and result.unattributed == 3
+    assert result.examples == ["3 between t=150.0 and t=151.0: update leases: 503 x2, watch pods: 500 InternalError x1"]
 
 
 def test_the_sweep_is_found_where_the_series_fell_most() -> None:

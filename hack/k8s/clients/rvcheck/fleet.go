@@ -1106,6 +1106,9 @@ type fleetPoint struct {
 	MarkNs          int64   `json:"mark_ns"`
 	Recovered       int     `json:"recovered_since_mark"`
 	RecoveredS      float64 `json:"all_recovered_s"` // from the mark to the last kubelet recovered; -1 until all did
+	// ErrorsByClass: Errors by class ("update leases: 503", ...), in the status file only (a
+	// reader that samples it every second sees which failures fell in which second).
+	ErrorsByClass map[string]int `json:"errors_by_class,omitempty"`
 }
 
 // fleetStorm is one mark of --mark-file and how the kubelets recovered after it.
@@ -1303,7 +1306,9 @@ func (f *fleetRun) sample() fleetPoint {
 		progress(f.stderr, "fleet: all %d kubelet(s) have all their watches open, %.2f s after the first started", p.Kubelets, p.TS)
 	}
 	f.timeline = append(f.timeline, p)
-	if err := writeStatusFile(f.o.statusFile, p); err != nil {
+	status := p
+	status.ErrorsByClass = f.errs.snapshot()
+	if err := writeStatusFile(f.o.statusFile, status); err != nil {
 		f.errs.add("status file: " + err.Error())
 	}
 	return p
