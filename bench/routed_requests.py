@@ -35,7 +35,11 @@ rotating which goes first, for `--duration` s after a 1 s warm-up. Figures per s
 over rounds of requests/s and of p50/p99 latency; for the proxy and the peers, CPU per request
 (the process group, every worker: CPU seconds / requests answered, warm-up included). Ratios:
 proxy/direct and proxy/lean throughput, proxy/lean CPU per request, and the added p50 (proxy
-p50 - direct p50).
+p50 - direct p50). `proxy_while_direct`: the proxy's CPU (cores, and ms per request of the
+direct side) while the direct side runs. Nothing is routed through it then; a write to a cached
+resource (a Lease renewal, a pod status patch) still reaches it as a watch event on its
+reflectors, so for writes this is what each replica's caches pay per write made anywhere in the
+federation (for GETs it is the idle proxy: the baseline to subtract).
 
 `--pin`: the proxy and the peers on CPU 1, everything else (partitions, etcds, the load client)
 on CPU 0, the direct side the same (so it runs with one core as well): what the proxy costs
@@ -66,7 +70,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.common import OUT_DIR, REPO, WORK_DIR, client_ssl, emit, host_info, install_sigterm, log, mib, new_session, ratio
+from bench.common import (OUT_DIR, REPO, WORK_DIR, client_ssl, emit, fill_protobuf_twin, host_info, install_sigterm, log, mib,
+                          new_session, ratio)
 from hack.federation import PROXY_ADMINS_GROUP, Federation, _free_ports
 from hack.procs import stop_process
 from hack.proxy_process import ProxyProcess
@@ -131,6 +136,28 @@ async def create_objects(fed: Federation, objects: int) -> None:
     finally:
         for s in sessions.values():
             await s.close()
+
+
+TWIN_PATHS = (f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", f"/api/v1/namespaces/{NAMESPACE}/pods")
+
+
+async def fill_twins(fed: Federation, proxy: ProxyProcess, workers: int) -> dict[str, float]:
+    """Protobuf-first LISTs through the proxy until the caches of TWIN_PATHS answer protobuf
+    (seconds each). Each worker holds its own caches and a connection lands on any of them, so
+    each path is asked on `workers` x 4 fresh connections (a worker left unfilled only makes
+    the figure lower). Raises RuntimeError when a twin does not fill within 60 s."""
+    cert = fed.ca.issue_client(fed.root / "twins", "bench-twins", "admin", [PROXY_ADMINS_GROUP])
+    out = {}
+    for path in TWIN_PATHS:
+        seconds = 0.0
+        for _ in range(workers * 4 if workers > 1 else 1):
+            session = new_session(client_ssl(fed, cert))
+            try:
+                seconds = max(seconds, await fill_protobuf_twin(session, proxy.server, path=path))
+            finally:
+                await session.close()
+        out[path] = round(seconds, 2)
+    return out
 
 
 def run_rvcheck(kubeconfig: Path, op: str, concurrency: int, objects: int, duration: float, report: Path, *,
@@ -246,16 +273,23 @@ def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: s
     names = [name for name in args.sides]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     cpu_per_request: dict[str, list[float]] = {name: [] for name in names}
+    # the proxy's CPU while the direct side runs: its caches' work for writes it does not route
+    # (every write to a cached resource is an event on each of its reflectors' watches)
+    proxy_while_direct: list[tuple[float, float, int]] = []  # (CPU seconds, wall seconds, requests)
+    proxy_side = sides.get("proxy")
     for rnd in range(args.rounds):
         order = names[rnd % len(names):] + names[:rnd % len(names)]
         for name in order:
             side = sides[name]
             kubeconfig = side.kubeconfigs.get(direct) or side.kubeconfigs["all"]
             report = ARTIFACTS / f"{protocol.replace('/', '')}-{op}-c{concurrency}-r{rnd}-{name}.json"
-            cpu0 = side.cpu()
+            cpu0, wall0 = side.cpu(), time.monotonic()
+            proxy0 = proxy_side.cpu() if proxy_side is not None and name == "direct" else 0.0
             doc = run_rvcheck(kubeconfig, op, concurrency, args.objects, args.duration, report,
                               separate=args.connections == "separate", protocol=protocol)
             cpu1 = side.cpu()
+            if proxy_side is not None and name == "direct":
+                proxy_while_direct.append((proxy_side.cpu() - proxy0, time.monotonic() - wall0, doc["requests_with_warmup"]))
             runs[name].append(doc)
             if side.sessions:
                 cpu_per_request[name].append((cpu1 - cpu0) / max(doc["requests_with_warmup"], 1) * 1000)
@@ -273,6 +307,11 @@ def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: s
         if cpu_per_request[name]:
             case[name]["cpu_per_request_ms"] = median(cpu_per_request[name])
             case[name]["cpu_per_request_ms_rounds"] = [round(c, 4) for c in cpu_per_request[name]]
+    if proxy_while_direct:
+        case["proxy_while_direct"] = {
+            "cores": median([cpu / wall for cpu, wall, _ in proxy_while_direct]),
+            "cpu_per_direct_request_ms": median([cpu / max(n, 1) * 1000 for cpu, _, n in proxy_while_direct]),
+        }
     proxy = case.get("proxy")
     if proxy is not None and "direct" in case:
         case["ratio_throughput_proxy_over_direct"] = ratio(proxy["requests_per_second"], case["direct"]["requests_per_second"])
@@ -314,6 +353,9 @@ def main() -> None:
     ap.add_argument("--event-loop", default="", help="the proxy's serve --event-loop (default: the proxy's)")
     ap.add_argument("--workers", type=int, default=0, help="proxy worker processes, and peer processes (0: the proxy's default, one per CPU)")
     ap.add_argument("--pin", action="store_true", help="the proxy and the peers on CPU 1, everything else on CPU 0")
+    ap.add_argument("--twins", action="store_true",
+                    help="fill the protobuf twins of the pod and node-Lease caches first (as kubelets and controllers do in a "
+                         "federation): each write is then an event in both formats")
     ap.add_argument("--no-caches", action="store_true",
                     help="the proxy without watch caches (a diagnosis: what the caches' event work adds to each write)")
     args = ap.parse_args()
@@ -354,6 +396,9 @@ def main() -> None:
             pin([proxy.popen.pid, *(sid for peer in peers.values() for sid in peer.sessions())], {cpus[-1]})
         log(f"federation, proxy and peers up in {time.monotonic() - t0:.1f} s (proxy {proxy.server}; pinned: {args.pin})")
         asyncio.run(create_objects(fed, args.objects))
+        if args.twins:
+            filled = asyncio.run(fill_twins(fed, proxy, workers))
+            log(f"protobuf twins filled: {filled}")
         sides = {
             "proxy": Side({"all": fed.issue_client_kubeconfig("bench-requests", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)},
                           [proxy.popen.pid]),
