@@ -16,7 +16,11 @@ points it was not fitted on (docs/sizing.md, "The model"). The model is linear i
   cache (nodes with their Leases, pods; protobuf twins included), the kubelets' own state
   (their connections, cache watchers, identities) is held once, by the worker serving each;
 - CPU per replica (cores) = its kubelets x CPU per kubelet-second (Lease renewals, status
-  patches, their watches' events) + its share of pod starts x CPU per pod started;
+  patches, their watches' events) + its share of pod starts x CPU per pod started + the caches'
+  events of every other node: each worker of each replica keeps its own node-leases and nodes
+  caches (and their protobuf twins), so every node's Lease renewal and status update anywhere in
+  the federation is a watch event in every worker (`cache_event_cores`; the events of a
+  replica's own kubelets in the worker serving them are in CPU per kubelet-second already);
 - replicas = ceil(nodes / kubelets per replica), at least 2 (one may roll);
 - upstream watches per partition = replicas x workers x the default caches over it (twins
   included): independent of the number of kubelets;
@@ -75,6 +79,28 @@ POD_START_CPU_S = 0.008505
 # connections, no watch of its own: cheaper than a kubelet), from the same two runs.
 KWOK_NODE_CPU_US_PER_S = 58.95
 
+# CPU microseconds, in one worker, per node Lease renewal made anywhere in the federation: the
+# renewal is a watch event in the worker's node-leases cache and its protobuf twin (each
+# reflector reads, decodes and records it, and writes its event bytes), whichever replica
+# forwarded it or none: bench/results/routed_requests-twins-059dd43.json, case renew-lease,
+# proxy_while_direct.cpu_per_direct_request_ms (0.163 ms: the renewals went straight to the
+# partition, the proxy only watched them) less the idle proxy's share in case get (0.002 ms).
+LEASE_EVENT_CPU_US = 161.0
+# CPU microseconds, in one worker, per node status update: an event in the nodes cache and its
+# twin. routed_requests has no node operation; its pod status PATCH is the stand-in (a pod and a
+# node are both a few KiB, both cached with a twin): the same file, case patch-status,
+# 0.310 - 0.002 ms.
+STATUS_EVENT_CPU_US = 308.0
+# seconds between a kubelet's Lease renewals (kubelet: nodeLeaseDurationSeconds 40 x 0.25) and
+# between its node status updates as bench/fleet.py makes them (--status-interval 60: a kubelet
+# 1.36 writes its status when it changed or every nodeStatusReportFrequency, 5 min; 60 s is the
+# busier fleet this model was fitted on).
+LEASE_RENEW_PERIOD_S = 10.0
+NODE_STATUS_PERIOD_S = 60.0
+# cores of one worker spent on other nodes' events above which `estimate` warns: the worker
+# then has less than half a core for its own clients (a share chosen, not measured).
+CACHE_EVENT_CORES_WARNING = 0.5
+
 # -- limits ---------------------------------------------------------------------------------
 
 # partitions of one role (one RV space) beyond which epochs roll over in seconds at 5,000
@@ -121,6 +147,7 @@ class Estimate:
     kubelets_per_replica: int
     memory_per_replica_mib: float
     cores_per_replica: float
+    cache_event_cores_per_worker: float  # of cores_per_replica: other nodes' Lease and status events
     upstream_watches_per_tenant_partition: int
     upstream_watches_per_resource_partition: int
     upstream_watches_system_partition: int
@@ -139,9 +166,20 @@ def replica_memory_bytes(nodes: int, pods: int, kubelets: int, workers: int = 1,
     return workers * (base + nodes * NODE_BYTES + pods * POD_BYTES) + kubelets * KUBELET_BYTES
 
 
-def replica_cores(kubelets: int, pods_started_per_second: float) -> float:
-    """Cores one replica uses for `kubelets` kubelets and its share of pod starts."""
-    return kubelets * KUBELET_CPU_US_PER_S / 1e6 + pods_started_per_second * POD_START_CPU_S
+def cache_event_cores(nodes: int, kubelets: int, workers: int = 1) -> float:
+    """Cores one replica of `workers` workers serving `kubelets` kubelets spends on the watch
+    events of the other Lease renewals and node status updates of a federation of `nodes` nodes
+    (every worker caches every node; the worker serving a kubelet pays its events inside
+    KUBELET_CPU_US_PER_S)."""
+    per_node_second = LEASE_EVENT_CPU_US / LEASE_RENEW_PERIOD_S + STATUS_EVENT_CPU_US / NODE_STATUS_PERIOD_S
+    return max(0, workers * nodes - kubelets) * per_node_second / 1e6
+
+
+def replica_cores(kubelets: int, pods_started_per_second: float, *, nodes: int = 0, workers: int = 1) -> float:
+    """Cores one replica uses for `kubelets` kubelets, its share of pod starts and, in a
+    federation of `nodes` nodes (0: only its own kubelets' nodes), the other nodes' events."""
+    return (kubelets * KUBELET_CPU_US_PER_S / 1e6 + pods_started_per_second * POD_START_CPU_S
+            + cache_event_cores(max(nodes, kubelets), kubelets, workers))
 
 
 def estimate(f: Federation) -> Estimate:
@@ -151,7 +189,8 @@ def estimate(f: Federation) -> Estimate:
         raise ValueError("partitions, kubelets per replica and workers must be at least 1; nodes and pods not negative")
     replicas = max(MIN_REPLICAS, math.ceil(f.nodes / f.kubelets_per_replica))
     kubelets = math.ceil(f.nodes / replicas)
-    cores = replica_cores(kubelets, f.pods_started_per_second / replicas)
+    cores = replica_cores(kubelets, f.pods_started_per_second / replicas, nodes=f.nodes, workers=f.workers)
+    events_per_worker = cache_event_cores(f.nodes, kubelets, f.workers) / f.workers
     per_worker = replicas * f.workers
     warnings = []
     for role, count in (("tenant", f.tenant_partitions), ("resource", f.resource_partitions)):
@@ -159,6 +198,11 @@ def estimate(f: Federation) -> Estimate:
             warnings.append(f"{count} {role} partitions in one resourceVersion space: more than "
                             f"{MAX_PARTITIONS_PER_RV_SPACE} roll epochs over in seconds at 5,000 writes/s "
                             f"(docs/resource-versions.md); split them into groups the proxy does not offer yet")
+    if events_per_worker > CACHE_EVENT_CORES_WARNING:
+        warnings.append(f"{events_per_worker:.2f} cores of each worker go to other nodes' Lease renewals and status "
+                        f"updates (every worker caches every node; more workers or replicas do not lower it): "
+                        f"drop the node-leases cache from `caches` unless clients watch Leases through the proxy "
+                        f"(docs/sizing.md, \"Every node's events in every worker\")")
     if cores > 0.8 * f.workers:
         warnings.append(f"{cores:.2f} cores per replica for {f.workers} worker(s) of one core each: "
                         f"raise workers or lower kubelets per replica")
@@ -168,6 +212,7 @@ def estimate(f: Federation) -> Estimate:
         kubelets_per_replica=kubelets,
         memory_per_replica_mib=round(replica_memory_bytes(f.nodes, f.pods, kubelets, f.workers) / MIB, 1),
         cores_per_replica=round(cores, 3),
+        cache_event_cores_per_worker=round(events_per_worker, 3),
         upstream_watches_per_tenant_partition=watches_tp,
         upstream_watches_per_resource_partition=per_worker * CACHE_WATCHES_RESOURCE_PARTITION,
         upstream_watches_system_partition=watches_tp + per_worker * CACHE_WATCHES_SYSTEM_PARTITION_EXTRA,

@@ -53,6 +53,31 @@ def test_kubelet_coefficients_are_the_fleet_step_they_name() -> None:
     assert sizing.KUBELET_CPU_US_PER_S == figures["cpu_us_per_kubelet_s"]
 
 
+def test_cache_event_coefficients_are_the_proxys_cpu_while_writes_went_straight_to_the_partition() -> None:
+    cases = {c["op"]: c for c in _result("routed_requests-twins-059dd43.json")["cases"]}
+    idle_ms = cases["get"]["proxy_while_direct"]["cpu_per_direct_request_ms"]
+    renewal_ms = cases["renew-lease"]["proxy_while_direct"]["cpu_per_direct_request_ms"]
+    status_ms = cases["patch-status"]["proxy_while_direct"]["cpu_per_direct_request_ms"]
+    assert sizing.LEASE_EVENT_CPU_US == pytest.approx((renewal_ms - idle_ms) * 1000, abs=0.5)
+    assert sizing.STATUS_EVENT_CPU_US == pytest.approx((status_ms - idle_ms) * 1000, abs=0.5)
+
+
+def test_every_worker_pays_every_other_nodes_events() -> None:
+    assert sizing.cache_event_cores(nodes=1000, kubelets=1000) == 0  # one worker serving every kubelet: in the fitted figure
+    one = sizing.cache_event_cores(nodes=50_000, kubelets=5000)
+    assert one == pytest.approx(45_000 * (sizing.LEASE_EVENT_CPU_US / 10 + sizing.STATUS_EVENT_CPU_US / 60) / 1e6)
+    assert sizing.cache_event_cores(nodes=50_000, kubelets=5000, workers=2) > 2 * one  # a second worker pays them all
+    big = sizing.estimate(sizing.Federation(nodes=50_000, pods=0, tenant_partitions=5, resource_partitions=5,
+                                            pods_started_per_second=0))
+    small = sizing.estimate(sizing.Federation(nodes=10_000, pods=0, tenant_partitions=5, resource_partitions=5,
+                                              pods_started_per_second=0))
+    assert big.kubelets_per_replica == small.kubelets_per_replica == 5000
+    assert big.cores_per_replica - small.cores_per_replica == pytest.approx(
+        sizing.cache_event_cores(50_000, 5000) - sizing.cache_event_cores(10_000, 5000), abs=0.002)
+    assert any("other nodes' Lease renewals" in w for w in big.warnings)
+    assert not any("other nodes' Lease renewals" in w for w in small.warnings)
+
+
 def test_pod_start_cpu_solves_the_two_density_runs() -> None:
     for name in ("density.json", "density-5000.json"):
         step = _density_step(name)
