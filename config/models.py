@@ -318,7 +318,12 @@ def default_caches() -> tuple[CacheConfig, ...]:
     partitions; CSIDrivers and RuntimeClasses of the system partition: what every kubelet lists
     and watches (its Node by name, its pods by `spec.nodeName`, every Service, CSIDriver and
     RuntimeClass), so a kubelet's watches cost no upstream watch and the partitions see one
-    watch per cache instead of one per kubelet (docs/sizing.md)."""
+    watch per cache instead of one per kubelet (docs/sizing.md).
+
+    The node Leases have no protobuf twin: kubelets write their Lease but never watch Leases,
+    and the few clients that do (node lifecycle controllers, kubectl) read JSON as well. A twin
+    would make every node's renewal, every 10 s, a second event in every worker (76 us of
+    CPU each: docs/sizing.md, "Every node's events in every worker")."""
     return (
         CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE),
         CacheConfig(
@@ -327,6 +332,7 @@ def default_caches() -> tuple[CacheConfig, ...]:
             resource="leases",
             namespace="kube-node-lease",
             role=PartitionRole.RESOURCE,
+            protobuf=False,
         ),
         CacheConfig(name="pods", resource="pods", role=PartitionRole.TENANT),
         CacheConfig(name="services", resource="services", role=PartitionRole.TENANT),

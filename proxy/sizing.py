@@ -52,11 +52,11 @@ BASE_BYTES = 95_714_017
 # their ~170 watches and informers' lists): bench/results/density.json steps[0].proxy.
 # proxy_rss_mib.before_nodes (102.48 MiB) less BASE_BYTES.
 CONTROL_PLANE_BYTES = 11_744_051
-# bytes per node: its Node and its Lease in the caches, with both protobuf twins, each at its
-# steady growth: bench/results/cache_memory.json result.proxy_all.rss_growth_per_object_bytes
-# + proxy_all_protobuf_twin.rss_growth_per_object_bytes + proxy_leases.rss_growth_per_object_bytes
-# + proxy_leases.protobuf_twin.rss_growth_per_object_bytes.
-NODE_BYTES = 9_614  # 3,940 + 2,981 + 1,271 + 1,422
+# bytes per node: its Node in the nodes cache and its protobuf twin, and its Lease in the
+# node-leases cache (no twin: config.models.default_caches), each at its steady growth:
+# bench/results/cache_memory.json result.proxy_all.rss_growth_per_object_bytes
+# + proxy_all_protobuf_twin.rss_growth_per_object_bytes + proxy_leases.rss_growth_per_object_bytes.
+NODE_BYTES = 8_192  # 3,940 + 2,981 + 1,271
 # bytes per pod: the pod in the JSON cache and its protobuf twin, steady:
 # bench/results/cache_memory-pods.json result.pods.rss_growth_per_pod_json_and_twin_bytes.
 POD_BYTES = 9_524
@@ -80,16 +80,17 @@ POD_START_CPU_S = 0.008505
 KWOK_NODE_CPU_US_PER_S = 58.95
 
 # CPU microseconds, in one worker, per node Lease renewal made anywhere in the federation: the
-# renewal is a watch event in the worker's node-leases cache and its protobuf twin (each
-# reflector reads, decodes and records it, and writes its event bytes), whichever replica
-# forwarded it or none: bench/results/routed_requests-twins-059dd43.json, case renew-lease,
-# proxy_while_direct.cpu_per_direct_request_ms (0.163 ms: the renewals went straight to the
-# partition, the proxy only watched them) less the idle proxy's share in case get (0.002 ms).
-LEASE_EVENT_CPU_US = 161.0
+# renewal is a watch event in the worker's node-leases cache (its reflector reads, decodes and
+# records it, and writes its event bytes), whichever replica forwarded it or none:
+# bench/results/routed_requests-json-caches-059dd43.json, case renew-lease,
+# proxy_while_direct.cpu_per_direct_request_ms (0.087 ms: the renewals went straight to the
+# partition, the proxy only watched them) less the idle proxy's share in case get (0.003 ms).
+# With a protobuf twin it is 161 us (routed_requests-twins-059dd43.json): why node-leases has none.
+LEASE_EVENT_CPU_US = 84.0
 # CPU microseconds, in one worker, per node status update: an event in the nodes cache and its
 # twin. routed_requests has no node operation; its pod status PATCH is the stand-in (a pod and a
-# node are both a few KiB, both cached with a twin): the same file, case patch-status,
-# 0.310 - 0.002 ms.
+# node are both a few KiB, both cached with a twin): routed_requests-twins-059dd43.json, case
+# patch-status, 0.310 - 0.002 ms.
 STATUS_EVENT_CPU_US = 308.0
 # seconds between a kubelet's Lease renewals (kubelet: nodeLeaseDurationSeconds 40 x 0.25) and
 # between its node status updates as bench/fleet.py makes them (--status-interval 60: a kubelet
@@ -120,7 +121,7 @@ def _cache_watches(role: str) -> int:
                for spec in default_caches() if spec.role == role)
 
 
-CACHE_WATCHES_RESOURCE_PARTITION = _cache_watches(PartitionRole.RESOURCE)  # nodes, node-leases, twins: 4
+CACHE_WATCHES_RESOURCE_PARTITION = _cache_watches(PartitionRole.RESOURCE)  # nodes and its twin, node-leases: 3
 CACHE_WATCHES_TENANT_PARTITION = _cache_watches(PartitionRole.TENANT)  # pods and its twin, services: 3
 CACHE_WATCHES_SYSTEM_PARTITION_EXTRA = _cache_watches(SYSTEM_CACHE_ROLE)  # csidrivers, runtimeclasses, twins: 4
 

@@ -30,7 +30,8 @@ from tests import rvscan
 
 RV_TABLE = ("kube-system", "partition-proxy-resource-versions")  # the proxy's default
 
-# The proxy's default caches plus one filtered by label, to tell narrower from wider selectors.
+# The proxy's default caches (node-leases with its protobuf twin, off by default, to test the twin of a
+# metadata-only kind) plus one filtered by label, to tell narrower from wider selectors.
 TEST_CACHES = [
     {"name": "nodes", "resource": "nodes", "role": "resource"},
     {"name": "node-leases", "group": "coordination.k8s.io", "resource": "leases", "namespace": "kube-node-lease", "role": "resource"},

@@ -45,3 +45,16 @@ def test_a_system_cache_of_namespaced_or_node_objects_fails_naming_the_field(gro
     doc["caches"] = [{"name": "c", "group": group, "resource": resource, "role": "system"}]
     with pytest.raises(ConfigError, match=r"^caches\.0\.role: a system cache holds cluster-scoped objects"):
         build_caches(parse_config(doc))
+
+
+def test_the_default_caches_twin_what_kubelets_watch_and_not_the_node_leases() -> None:
+    """Kubelets watch nodes, pods, CSIDrivers and RuntimeClasses protobuf first (services: their
+    selectable fields are not read from protobuf, proxy.app.build_caches);
+    they write their Lease but never watch Leases, so a twin of node-leases would only double
+    every renewal's event in every worker (docs/sizing.md)."""
+    doc = _valid()
+    doc.pop("caches", None)
+    built, _node_index = build_caches(parse_config(doc))
+    twins = {c.spec.name: (c.protobuf.spec.name if c.protobuf is not None else None) for c in built}
+    assert twins == {"nodes": "nodes-protobuf", "node-leases": None, "pods": "pods-protobuf", "services": None,
+                     "csidrivers": "csidrivers-protobuf", "runtimeclasses": "runtimeclasses-protobuf"}
