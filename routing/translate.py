@@ -3,7 +3,7 @@ the media type to the codec of each encoding (`routing.rvjson` for JSON and YAML
 formatting, `routing.protobuf` for Kubernetes protobuf objects and watch frames). Pure. Every
 caller goes through here: forwards (`answer_translator`, `stream_translator`,
 `translate_request_body`), unions (`object_translator`, with routing.merge's vectors on top) and
-watch caches (`cached_json`, `cached_protobuf_item`, `stamped_json`, `stamped_protobuf`).
+watch caches (`cached_json`, `cached_json_object`, `cached_protobuf_item`, `stamped_json`, `stamped_protobuf`).
 
 The invariant (docs/resource-versions.md): for a merged resource, every resourceVersion a
 client receives is a proxy RV, and every resourceVersion the proxy sends a partition is that
@@ -24,6 +24,9 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Callable
+from typing import Any
+
+import orjson
 
 from routing import protobuf as pb
 from routing import rv as rvcodec
@@ -131,6 +134,30 @@ def cached_json(body: bytes, codec: rvcodec.RVCodec, slot: int) -> bytes:
     return rvjson.translate_natives(body, object_translator(codec, slot))
 
 
+_RV_KEY = b'"resourceVersion"'
+_RV_FIELD = b'"resourceVersion":"'  # as orjson writes it: compact
+
+
+def cached_json_object(obj: dict[str, Any], codec: rvcodec.RVCodec, slot: int) -> bytes:
+    """`cached_json(orjson.dumps(obj), codec, slot)`, byte for byte, for a decoded object:
+    its own metadata.resourceVersion is put in object form in `obj` before it is encoded (so
+    `obj` is changed), and the encoded bytes are scanned for other RVs (an Event's
+    involvedObject, ...) only when they hold another resourceVersion key. Most kinds have
+    none: a Lease renewal's event is then encoded without a regular-expression pass."""
+    meta = obj.get("metadata")
+    own = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    translated = False
+    if type(own) is str and 0 < len(own) <= 19 and own.isascii() and own.isdigit():
+        native = int(own)
+        if 0 < native < rvcodec.NATIVE_LIMIT:
+            meta["resourceVersion"] = codec.object_rv(slot, native)  # type: ignore[index]
+            translated = True
+    body = orjson.dumps(obj)
+    if translated and body.count(_RV_KEY) == 1:
+        return body
+    return cached_json(body, codec, slot)
+
+
 def cached_protobuf_item(item: bytes, codec: rvcodec.RVCodec, slot: int, *, api_version: str, kind: str) -> bytes:
     """A protobuf list item or event object of partition `slot` as a watch cache keeps it: every
     native RV in object form."""
@@ -141,8 +168,16 @@ _OWN_RV = ("metadata", "resourceVersion")
 
 
 def stamped_json(raw: bytes, stamp: str) -> bytes:
-    """A cached JSON object with its own resourceVersion set to `stamp` (a watch event's vector:
-    the position after the event), every other byte as it was."""
+    """A cached JSON object (compact, as `cached_json_object` writes it) with its own
+    resourceVersion set to `stamp` (a watch event's vector: the position after the event), every
+    other byte as it was. A cached object always has its own resourceVersion (kube-apiserver
+    sets it on every object it stores), so a body with one resourceVersion key has it there,
+    found without a regular expression."""
+    if raw.count(_RV_KEY) == 1:
+        start = raw.find(_RV_FIELD)
+        end = raw.find(b'"', start + len(_RV_FIELD)) if start >= 0 else -1
+        if end >= 0:
+            return raw[: start + len(_RV_FIELD)] + stamp.encode() + raw[end:]
     own = rvjson.find_own_rv(raw, _OWN_RV, None)
     return raw if own is None else raw[: own[0]] + stamp.encode() + raw[own[1] :]
 

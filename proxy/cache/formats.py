@@ -35,7 +35,7 @@ from routing import protobuf_items as pbi
 from routing import rv as rvcodec
 from routing.selectors import selectable_fields
 from routing.status import expired, watch_error_event
-from routing.translate import PROTOBUF, cached_json, cached_protobuf_item, stamped_json, stamped_protobuf
+from routing.translate import PROTOBUF, cached_json_object, cached_protobuf_item, stamped_json, stamped_protobuf
 
 LAST_APPLIED = pbi.LAST_APPLIED
 
@@ -156,7 +156,7 @@ class JsonFormat:
             native_rv=native,
             labels=_interned(labels) if isinstance(labels, dict) else {},
             fields=_interned(selectable_fields(spec.group, spec.resource, obj)),
-            raw=exact_bytes(cached_json(orjson.dumps(obj), codec, slot)),
+            raw=exact_bytes(cached_json_object(obj, codec, slot)),
         )
 
     def event(self, kind: str, raw: bytes, stamp: str = "") -> bytes:

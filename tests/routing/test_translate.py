@@ -139,3 +139,52 @@ def test_a_list_rv_that_cannot_be_a_position_keeps_the_object_form() -> None:
     rewrite = translate.answer_translator("application/json", lambda n: codec.object_rv(0, n).encode(), list_rv=lambda n: None)
     assert rewrite is not None
     assert orjson.loads(rewrite(body))["metadata"]["resourceVersion"] == codec.object_rv(0, 42)
+
+
+# -- the watch cache's JSON records -----------------------------------------------------------
+
+_CACHE_CODEC = rvcodec.RVCodec(("rp1", "rp2"), rvcodec.EpochTable(
+    (rvcodec.Epoch(1, ("rp1", "rp2"), rvcodec.natural_slot_bits(2), (0, 0)),)))
+_RV_VALUES = st.one_of(st.integers(0, 2**64 + 5).map(str), st.sampled_from(["", "abc", "0012", "٣", "1" * 25]))
+_JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=8))
+_CACHED_OBJECTS = st.fixed_dictionaries(
+    {"kind": st.just("Thing"), "metadata": st.fixed_dictionaries(
+        {"name": st.text(max_size=6)}, optional={"resourceVersion": _RV_VALUES, "uid": st.text(max_size=4)})},
+    optional={
+        "spec": st.recursive(_JSON_LEAVES, lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.dictionaries(st.sampled_from(["resourceVersion", "a", "metadata", 'x"resourceVersion"']),
+                            st.one_of(inner, _RV_VALUES), max_size=3)), max_leaves=6),
+        "involvedObject": st.fixed_dictionaries({"resourceVersion": _RV_VALUES}),
+    },
+)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(_CACHED_OBJECTS, st.sampled_from([0, 1]))
+def test_a_decoded_object_is_cached_byte_for_byte_as_its_encoding_would_be(obj: dict, slot: int) -> None:
+    expected = translate.cached_json(orjson.dumps(obj), _CACHE_CODEC, slot)
+    assert translate.cached_json_object(json.loads(json.dumps(obj)), _CACHE_CODEC, slot) == expected
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(_CACHED_OBJECTS.filter(lambda o: str(o["metadata"].get("resourceVersion", "")).isdigit()
+                              and 0 < int(o["metadata"]["resourceVersion"]) < 2**64))
+def test_a_cached_object_is_stamped_where_the_regular_expression_finds_its_own_rv(obj: dict) -> None:
+    raw = translate.cached_json_object(obj, _CACHE_CODEC, 0)
+    stamp = _CACHE_CODEC.encode([7, 9])
+    own = rvjson.find_own_rv(raw, ("metadata", "resourceVersion"), None)
+    assert own is not None
+    assert translate.stamped_json(raw, stamp) == raw[: own[0]] + stamp.encode() + raw[own[1] :]
+
+
+def test_a_lease_is_cached_without_a_scan_and_an_event_with_references_with_one() -> None:
+    lease = {"kind": "Lease", "metadata": {"name": "n1", "namespace": "kube-node-lease", "resourceVersion": "2704"},
+             "spec": {"holderIdentity": "n1"}}
+    raw = translate.cached_json_object(lease, _CACHE_CODEC, 1)
+    assert orjson.loads(raw)["metadata"]["resourceVersion"] == _CACHE_CODEC.object_rv(1, 2704)
+    event = {"kind": "Event", "metadata": {"name": "e", "resourceVersion": "12"},
+             "involvedObject": {"kind": "Pod", "resourceVersion": "10"}}
+    doc = orjson.loads(translate.cached_json_object(event, _CACHE_CODEC, 0))
+    assert doc["metadata"]["resourceVersion"] == _CACHE_CODEC.object_rv(0, 12)
+    assert doc["involvedObject"]["resourceVersion"] == _CACHE_CODEC.object_rv(0, 10)
