@@ -77,21 +77,14 @@ def _spans(data: bytes, spans: Sequence[tuple[int, int]], number: int) -> list[t
 
 
 def _scalar(data: bytes, spans: Sequence[tuple[int, int]], path: tuple[int, ...], type_: str) -> Any:
+    """The value at `path` (field numbers) in the message made of `spans`, walked one path at a
+    time (the reference `_path_values` is checked against; also its way for paths deeper than 2)."""
     for number in path[:-1]:
         found = _spans(data, spans, number)
         for wire, _vs, _ve in found:
             _expect_ld(number, wire)
         spans = [(vs, ve) for _w, vs, ve in found]
-    last = _spans(data, spans, path[-1])
-    if not last:
-        return None
-    wire, vs, ve = last[-1]  # a repeated scalar: the last occurrence wins, as gogo decodes
-    if type_ == _BOOL:
-        if wire != 0:
-            raise pb.ProtobufError(f"field {path[-1]}: wire type {wire}, expected a varint")
-        return _varint(data, vs, ve)[0] != 0
-    _expect_ld(path[-1], wire)
-    return _text(data, vs, ve)
+    return _last_scalar(data, path[-1], _spans(data, spans, path[-1]), type_)
 
 
 def _map_entry(data: bytes, start: int, end: int) -> tuple[str, str]:
@@ -106,11 +99,64 @@ def _map_entry(data: bytes, start: int, end: int) -> tuple[str, str]:
     return key, value
 
 
+_Occurrences = list[tuple[int, int, int]]  # (wire type, value start, value end) of each occurrence of a field
+
+
+def _path_values(item: bytes, top: dict[int, _Occurrences],
+                 paths: Sequence[tuple[tuple[str, ...], tuple[int, ...], str]]) -> list[Any]:
+    """What `_scalar` gives for each path, with one walk of each message on the way: `top` holds
+    the occurrences of every top-level field a path starts with (one walk of `item`), and each
+    embedded message those paths enter is walked once for all of them (a pod's eight field
+    selector paths: 3 walks instead of 16)."""
+    below: dict[int, dict[int, _Occurrences]] = {}
+    out: list[Any] = []
+    for _json_path, numbers, type_ in paths:
+        if len(numbers) == 1:
+            found = top[numbers[0]]
+        elif len(numbers) == 2:
+            first, second = numbers
+            fields = below.get(first)
+            if fields is None:
+                fields = below[first] = {n[1]: [] for _j, n, _t in paths if len(n) == 2 and n[0] == first}
+                for wire, vs, ve in top[first]:
+                    _expect_ld(first, wire)
+                    for _s, f, fwire, fvs, fve in _fields(item, vs, ve):
+                        occurrences = fields.get(f)
+                        if occurrences is not None:
+                            occurrences.append((fwire, fvs, fve))
+            found = fields[second]
+        else:
+            out.append(_scalar(item, [(0, len(item))], numbers, type_))
+            continue
+        out.append(_last_scalar(item, numbers[-1], found, type_))
+    return out
+
+
+def _last_scalar(data: bytes, number: int, found: _Occurrences, type_: str) -> Any:
+    """The value of the last occurrence of field `number` (None when there is none): a repeated
+    scalar's last occurrence wins, as gogo decodes."""
+    if not found:
+        return None
+    wire, vs, ve = found[-1]
+    if type_ == _BOOL:
+        if wire != 0:
+            raise pb.ProtobufError(f"field {number}: wire type {wire}, expected a varint")
+        return _varint(data, vs, ve)[0] != 0
+    _expect_ld(number, wire)
+    return _text(data, vs, ve)
+
+
 def item_facts(item: bytes, group: str, resource: str) -> ItemFacts:
     """The facts of an object's message (a list item, or an envelope's raw). Absent strings are
     "". Raises ProtobufError for a malformed message."""
+    paths = _FIELD_PATHS.get((group, resource), ())
+    top: dict[int, _Occurrences] = {1: [], **{numbers[0]: [] for _j, numbers, _t in paths}}
+    for _s, f, wire, vs, ve in _fields(item, 0, len(item)):
+        occurrences = top.get(f)
+        if occurrences is not None:
+            occurrences.append((wire, vs, ve))
     meta = []
-    for wire, vs, ve in _spans(item, [(0, len(item))], 1):
+    for wire, vs, ve in top[1]:
         _expect_ld(1, wire)
         meta.append((vs, ve))
     strings = {1: "", 3: "", 6: ""}
@@ -126,9 +172,7 @@ def item_facts(item: bytes, group: str, resource: str) -> ItemFacts:
                 labels[key] = value
     name, namespace = strings[1], strings[3]
     doc: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}}
-    whole = [(0, len(item))]
-    for json_path, numbers, type_ in _FIELD_PATHS.get((group, resource), ()):
-        value = _scalar(item, whole, numbers, type_)
+    for (json_path, _numbers, _type), value in zip(paths, _path_values(item, top, paths)):
         if value is None:
             continue
         node = doc

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from routing import protobuf as pb
 from routing import protobuf_items as pbi
@@ -83,3 +85,61 @@ def test_bookmark_and_error_frames_decode_as_kube_apiserver_writes_them() -> Non
     event = pb.decode_watch_event(payload)
     assert event.type == "ERROR"
     assert pb.status_fields(event.object) == pb.StatusFields(status="Failure", message="too old", reason="Expired", code=410)
+
+
+# Messages of the shape a field selector's paths walk: top-level fields 2-4 (spec, status, a
+# Secret's type; metadata, field 1, is read by other code) and 2-level paths, each field
+# repeated or of the wrong wire type at random.
+def _varint_field(numbers: st.SearchStrategy[int]) -> st.SearchStrategy[bytes]:
+    return st.tuples(numbers, st.integers(0, 3)).map(lambda t: pb._encode_varint(t[0] << 3) + pb._encode_varint(t[1]))
+
+
+_TEXT_FIELD = st.tuples(st.integers(1, 20), st.text(max_size=5)).map(lambda t: pb._ld(t[0], t[1].encode()))
+_INNER = st.lists(st.one_of(_varint_field(st.integers(1, 20)), _TEXT_FIELD), max_size=8).map(b"".join)
+_TOP_FIELD = st.one_of(st.tuples(st.integers(2, 4), _INNER).map(lambda t: pb._ld(t[0], t[1])), _varint_field(st.integers(2, 20)))
+_MESSAGES = st.lists(_TOP_FIELD, max_size=6).map(b"".join)
+
+
+@settings(max_examples=500)
+@given(_MESSAGES, st.sampled_from([("", "pods"), ("", "nodes"), ("", "secrets")]))
+def test_the_facts_walk_each_message_once_and_read_what_one_walk_per_path_reads(item: bytes, resource: tuple[str, str]) -> None:
+    def reference() -> dict[str, object]:  # one walk per path and level, the last occurrence wins
+        values: dict[str, object] = {}
+        for json_path, numbers, type_ in pbi._FIELD_PATHS[resource]:
+            spans = [(0, len(item))]
+            for number in numbers[:-1]:
+                inner = [(w, vs, ve) for start, end in spans for _s, f, w, vs, ve in pb._fields(item, start, end) if f == number]
+                for w, _vs, _ve in inner:
+                    pb._expect_ld(number, w)
+                spans = [(vs, ve) for _w, vs, ve in inner]
+            last = [(w, vs, ve) for start, end in spans for _s, f, w, vs, ve in pb._fields(item, start, end) if f == numbers[-1]]
+            if not last:
+                continue
+            w, vs, ve = last[-1]
+            if type_ == "bool":
+                if w != 0:
+                    raise pb.ProtobufError("not a varint")
+                values[json_path] = pb._varint(item, vs, ve)[0] != 0
+            else:
+                pb._expect_ld(numbers[-1], w)
+                values[json_path] = item[vs:ve].decode()
+        return values
+
+    try:
+        expected: object = reference()
+    except (pb.ProtobufError, UnicodeDecodeError):
+        expected = pb.ProtobufError
+    try:
+        doc = pbi.item_facts(item, *resource).doc
+    except pb.ProtobufError:
+        assert expected is pb.ProtobufError
+        return
+    assert expected is not pb.ProtobufError
+    got = {}
+    for json_path, _numbers, _type in pbi._FIELD_PATHS[resource]:
+        node: object = doc
+        for key in json_path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None:
+            got[json_path] = node
+    assert got == expected
