@@ -82,16 +82,17 @@ KWOK_NODE_CPU_US_PER_S = 58.95
 # CPU microseconds, in one worker, per node Lease renewal made anywhere in the federation: the
 # renewal is a watch event in the worker's node-leases cache (its reflector reads, decodes and
 # records it, and writes its event bytes), whichever replica forwarded it or none:
-# bench/results/routed_requests-json-caches-059dd43.json, case renew-lease,
-# proxy_while_direct.cpu_per_direct_request_ms (0.087 ms: the renewals went straight to the
+# bench/results/routed_requests-twins-e0038e0.json, case renew-lease,
+# proxy_while_direct.cpu_per_direct_request_ms (0.074 ms: the renewals went straight to the
 # partition, the proxy only watched them) less the idle proxy's share in case get (0.003 ms).
-# With a protobuf twin it is 161 us (routed_requests-twins-059dd43.json): why node-leases has none.
-LEASE_EVENT_CPU_US = 84.0
+# node-leases has no protobuf twin (config.models.default_caches); with one it was 161 us
+# (routed_requests-twins-059dd43.json, before the event path's fixes of 742475c and e0038e0).
+LEASE_EVENT_CPU_US = 71.0
 # CPU microseconds, in one worker, per node status update: an event in the nodes cache and its
 # twin. routed_requests has no node operation; its pod status PATCH is the stand-in (a pod and a
-# node are both a few KiB, both cached with a twin): routed_requests-twins-059dd43.json, case
-# patch-status, 0.310 - 0.002 ms.
-STATUS_EVENT_CPU_US = 308.0
+# node are both a few KiB, both cached with a twin): the same file, case patch-status,
+# 0.292 - 0.003 ms.
+STATUS_EVENT_CPU_US = 289.0
 # seconds between a kubelet's Lease renewals (kubelet: nodeLeaseDurationSeconds 40 x 0.25) and
 # between its node status updates as bench/fleet.py makes them (--status-interval 60: a kubelet
 # 1.36 writes its status when it changed or every nodeStatusReportFrequency, 5 min; 60 s is the

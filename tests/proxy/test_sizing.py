@@ -58,9 +58,9 @@ def test_cache_event_coefficients_are_the_proxys_cpu_while_writes_went_straight_
         idle_ms = cases["get"]["proxy_while_direct"]["cpu_per_direct_request_ms"]
         return float((cases[op]["proxy_while_direct"]["cpu_per_direct_request_ms"] - idle_ms) * 1000)
 
-    # node-leases has no protobuf twin (config.models.default_caches); nodes has one
-    assert sizing.LEASE_EVENT_CPU_US == pytest.approx(per_write_us("routed_requests-json-caches-059dd43.json", "renew-lease"), abs=0.5)
-    assert sizing.STATUS_EVENT_CPU_US == pytest.approx(per_write_us("routed_requests-twins-059dd43.json", "patch-status"), abs=0.5)
+    # the default caches: node-leases without a protobuf twin (config.models.default_caches), pods with one
+    assert sizing.LEASE_EVENT_CPU_US == pytest.approx(per_write_us("routed_requests-twins-e0038e0.json", "renew-lease"), abs=0.5)
+    assert sizing.STATUS_EVENT_CPU_US == pytest.approx(per_write_us("routed_requests-twins-e0038e0.json", "patch-status"), abs=0.5)
 
 
 def test_every_worker_pays_every_other_nodes_events() -> None:
