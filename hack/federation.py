@@ -341,18 +341,13 @@ class Federation:
 
     def wait_apiserver_ready(self, name: str, timeout: float = 60.0) -> None:
         """Poll a running partition's kube-apiserver /readyz (straight, as its admin) until 200,
-        as after its etcd restarted. Raises FederationError after `timeout` seconds."""
-        partition = self.partition(name)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if self._apiserver_ready(partition):
-                    return
-            except (OSError, http.client.HTTPException):
-                pass
-            if time.monotonic() > deadline:
-                raise FederationError(f"kube-apiserver of {name} not ready within {timeout:.0f} s")
-            time.sleep(0.25)
+        as after its etcd restarted. Raises FederationError after `timeout` seconds, or when
+        that kube-apiserver is not running or exits meanwhile."""
+        with self._lock:
+            procs = [p for p in self._procs if p.kind == "kube-apiserver" and p.partition.name == name]
+        if not procs:
+            raise FederationError(f"kube-apiserver of {name} is not running")
+        self._wait(procs, self._apiserver_ready, time.monotonic() + timeout)
 
     def issue_client_kubeconfig(
         self, name: str, *, user: str, groups: Sequence[str] = (), server: str
