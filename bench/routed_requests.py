@@ -73,6 +73,7 @@ import orjson
 from bench.common import (OUT_DIR, REPO, WORK_DIR, client_ssl, emit, fill_protobuf_twin, host_info, install_sigterm, log, mib,
                           new_session, ratio)
 from hack.federation import PROXY_ADMINS_GROUP, Federation, _free_ports
+from hack.openssl import proxy_env
 from hack.procs import stop_process
 from hack.proxy_process import ProxyProcess
 from proxy.cli import DEFAULT_EVENT_LOOP
@@ -214,7 +215,8 @@ class Peer:
     def start(self, ca_file: Path, timeout: float = 30.0) -> Peer:
         log_file = self.log_path.open("ab")
         for _ in range(self.processes):
-            self.popens.append(subprocess.Popen(self.argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO))
+            self.popens.append(subprocess.Popen(self.argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
+                                                env={**os.environ, **proxy_env()}))  # the proxy's OpenSSL
         log_file.close()
         ctx = ssl.create_default_context(cafile=str(ca_file))
         deadline = time.monotonic() + timeout

@@ -3,7 +3,8 @@
 # (Kubernetes v1.36.3, etcd v3.6.8 as Kubernetes itself requires) or installed by version.
 #
 #   bash hack/build-components.sh run    what `make run` starts: kube-apiserver, etcd,
-#                                        kube-scheduler, kube-controller-manager, kubemark, kwok
+#                                        kube-scheduler, kube-controller-manager, kubemark, kwok,
+#                                        and the proxy's OpenSSL (hack/build-openssl.sh)
 #   bash hack/build-components.sh test   (the default) all of run, plus what only the tests use:
 #                                        the client-go programs (hack/k8s/clients), toxiproxy, helm
 #   bash hack/build-components.sh conformance
@@ -93,6 +94,9 @@ install() {  # install NAME VERSION PACKAGE BINARY: `go install PACKAGE@VERSION`
 
 # kwok simulates nodes and their pods (no replace directives: go install works).
 install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok
+
+# The OpenSSL every local proxy runs with (the image's series, 3.5; hack/build-openssl.sh).
+bash "$top/hack/build-openssl.sh"
 
 [ "$set_" = run ] && exit 0
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from hack.federation import Federation, _free_ports
+from hack.openssl import proxy_env
 from hack.procs import FederationError, spawn, stop_process, tail
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +105,7 @@ class ProxyProcess:
         self.fed = fed
         self.workers = workers
         self.event_loop = event_loop
-        self.env = dict(env or {})
+        self.env = {**proxy_env(), **(env or {})}  # the OpenSSL of the image (hack.openssl)
         self.directory = directory
         self.port = port or _free_ports(1)[0]
         self.config_path = write_proxy_config(

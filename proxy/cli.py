@@ -46,6 +46,8 @@ from proxy.kubeconfig_cmd import (
 )
 
 
+log = logging.getLogger("partition_proxy.cli")
+
 # seconds a worker of `serve --workers N` waits for its resourceVersion table before it listens
 # anyway: the table loads in well under a second from a reachable system partition; 10 s stays
 # well inside the chart's liveness budget (5 s initial delay + 3 failed checks 10 s apart).
@@ -205,6 +207,8 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ssl.SSLError) as exc:
         print(f"partition-proxy: config error: listen.tls: {exc}", file=sys.stderr)
         return 2
+    if worker is None:  # once per replica
+        _log_tls_library()
     workers = args.workers if args.workers is not None else available_cpus()
     if workers > 1:
         worker_argv = ["serve", "--config", str(args.config), "--log-level", args.log_level, "--event-loop", args.event_loop,
@@ -218,6 +222,23 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"partition-proxy: start-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+# (major, minor): the OpenSSL below which start-up warns. OpenSSL 3.0 decodes X.509 certificates
+# through its provider decoders: a TLS handshake with a client certificate costs this proxy
+# ~1.5 ms of CPU with 3.0.19 against ~1.0 ms with 3.5.5 (bench/tls_handshake.py on this
+# project's 2-core machine), which a reconnect storm of thousands of kubelets pays per connection.
+TLS_LIBRARY_WANTED = (3, 5)
+
+
+def _log_tls_library() -> None:
+    """Log the OpenSSL Python's ssl module runs on; a warning below TLS_LIBRARY_WANTED."""
+    found = ssl.OPENSSL_VERSION_INFO[:2]
+    if found < TLS_LIBRARY_WANTED:
+        log.warning("TLS by %s: TLS handshakes cost about 1.5x the CPU they cost with OpenSSL %d.%d or later "
+                    "(the image's python:3.11-slim has 3.5)", ssl.OPENSSL_VERSION, *TLS_LIBRARY_WANTED)
+    else:
+        log.info("TLS by %s", ssl.OPENSSL_VERSION)
 
 
 def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

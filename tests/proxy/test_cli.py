@@ -38,3 +38,17 @@ def test_bad_config_fails_start_up_with_one_line_naming_the_field(tmp_path: Path
     assert len(lines) == 1, done.stderr
     assert field in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_start_up_names_its_openssl_and_warns_below_the_wanted_series(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from proxy import cli
+
+    caplog.set_level("INFO", logger="partition_proxy.cli")
+    monkeypatch.setattr(cli.ssl, "OPENSSL_VERSION_INFO", (3, 5, 5, 0, 0))
+    monkeypatch.setattr(cli.ssl, "OPENSSL_VERSION", "OpenSSL 3.5.5 27 Jan 2026")
+    cli._log_tls_library()
+    monkeypatch.setattr(cli.ssl, "OPENSSL_VERSION_INFO", (3, 0, 19, 0, 0))
+    monkeypatch.setattr(cli.ssl, "OPENSSL_VERSION", "OpenSSL 3.0.19 27 Jan 2026")
+    cli._log_tls_library()
+    assert [(r.levelname, r.getMessage().split(":")[0]) for r in caplog.records] == [
+        ("INFO", "TLS by OpenSSL 3.5.5 27 Jan 2026"), ("WARNING", "TLS by OpenSSL 3.0.19 27 Jan 2026")]
