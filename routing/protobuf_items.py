@@ -65,28 +65,6 @@ class ItemFacts:
     doc: dict[str, Any]  # {"metadata": {name, namespace}, + the selectable fields' paths}
 
 
-def _spans(data: bytes, spans: Sequence[tuple[int, int]], number: int) -> list[tuple[int, int, int]]:
-    """(wire type, start, end) of every occurrence of field `number` in the message made of
-    `spans` (occurrences of an embedded message merge: all of them, in order)."""
-    out = []
-    for start, end in spans:
-        for _s, f, wire, vs, ve in _fields(data, start, end):
-            if f == number:
-                out.append((wire, vs, ve))
-    return out
-
-
-def _scalar(data: bytes, spans: Sequence[tuple[int, int]], path: tuple[int, ...], type_: str) -> Any:
-    """The value at `path` (field numbers) in the message made of `spans`, walked one path at a
-    time (the reference `_path_values` is checked against; also its way for paths deeper than 2)."""
-    for number in path[:-1]:
-        found = _spans(data, spans, number)
-        for wire, _vs, _ve in found:
-            _expect_ld(number, wire)
-        spans = [(vs, ve) for _w, vs, ve in found]
-    return _last_scalar(data, path[-1], _spans(data, spans, path[-1]), type_)
-
-
 def _map_entry(data: bytes, start: int, end: int) -> tuple[str, str]:
     key = value = ""
     for _s, f, wire, vs, ve in _fields(data, start, end):
@@ -100,36 +78,52 @@ def _map_entry(data: bytes, start: int, end: int) -> tuple[str, str]:
 
 
 _Occurrences = list[tuple[int, int, int]]  # (wire type, value start, value end) of each occurrence of a field
+_Path = tuple[tuple[str, ...], tuple[int, ...], str]  # a _FIELD_PATHS entry: JSON path, field numbers, type
 
 
-def _path_values(item: bytes, top: dict[int, _Occurrences],
-                 paths: Sequence[tuple[tuple[str, ...], tuple[int, ...], str]]) -> list[Any]:
-    """What `_scalar` gives for each path, with one walk of each message on the way: `top` holds
-    the occurrences of every top-level field a path starts with (one walk of `item`), and each
-    embedded message those paths enter is walked once for all of them (a pod's eight field
-    selector paths: 3 walks instead of 16)."""
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How `item_facts` walks a resource's messages, worked out once per resource: `top`, the
+    top-level fields to collect (metadata and the first field of every path); `below`, for each
+    embedded message a path enters, the fields read in it."""
+
+    paths: tuple[_Path, ...]
+    top: tuple[int, ...]
+    below: tuple[tuple[int, frozenset[int]], ...]
+
+
+def _plan(paths: tuple[_Path, ...]) -> _Plan:
+    """Raises ValueError for a path of more than 2 fields (none in the table: the walk reads
+    top-level fields and fields of messages embedded at the top, nothing deeper)."""
+    for json_path, numbers, _type in paths:
+        if not 1 <= len(numbers) <= 2:
+            raise ValueError(f"field selector path {'.'.join(json_path)}: {len(numbers)} fields, at most 2 are read")
+    firsts = dict.fromkeys(numbers[0] for _j, numbers, _t in paths if len(numbers) == 2)
+    below = tuple((first, frozenset(n[1] for _j, n, _t in paths if len(n) == 2 and n[0] == first)) for first in firsts)
+    return _Plan(paths, tuple(dict.fromkeys((1, *(numbers[0] for _j, numbers, _t in paths)))), below)
+
+
+_PLANS: Final[dict[tuple[str, str], _Plan]] = {key: _plan(paths) for key, paths in _FIELD_PATHS.items()}
+_METADATA_ONLY: Final = _plan(())
+
+
+def _path_values(item: bytes, top: dict[int, _Occurrences], plan: _Plan) -> list[Any]:
+    """The value at each of `plan.paths` (None where absent; the last occurrence wins, as gogo
+    decodes), with one walk of each message: `top` holds the occurrences of the top-level
+    fields (one walk of `item`), and each embedded message the paths enter is walked once for
+    all of them (a pod's eight field selector paths: 3 walks instead of 16)."""
     below: dict[int, dict[int, _Occurrences]] = {}
-    out: list[Any] = []
-    for _json_path, numbers, type_ in paths:
-        if len(numbers) == 1:
-            found = top[numbers[0]]
-        elif len(numbers) == 2:
-            first, second = numbers
-            fields = below.get(first)
-            if fields is None:
-                fields = below[first] = {n[1]: [] for _j, n, _t in paths if len(n) == 2 and n[0] == first}
-                for wire, vs, ve in top[first]:
-                    _expect_ld(first, wire)
-                    for _s, f, fwire, fvs, fve in _fields(item, vs, ve):
-                        occurrences = fields.get(f)
-                        if occurrences is not None:
-                            occurrences.append((fwire, fvs, fve))
-            found = fields[second]
-        else:
-            out.append(_scalar(item, [(0, len(item))], numbers, type_))
-            continue
-        out.append(_last_scalar(item, numbers[-1], found, type_))
-    return out
+    for first, seconds in plan.below:
+        fields: dict[int, _Occurrences] = {number: [] for number in seconds}
+        below[first] = fields
+        for wire, vs, ve in top[first]:
+            _expect_ld(first, wire)
+            for _s, f, fwire, fvs, fve in _fields(item, vs, ve):
+                occurrences = fields.get(f)
+                if occurrences is not None:
+                    occurrences.append((fwire, fvs, fve))
+    return [_last_scalar(item, numbers[-1], top[numbers[0]] if len(numbers) == 1 else below[numbers[0]][numbers[1]], type_)
+            for _json_path, numbers, type_ in plan.paths]
 
 
 def _last_scalar(data: bytes, number: int, found: _Occurrences, type_: str) -> Any:
@@ -149,8 +143,8 @@ def _last_scalar(data: bytes, number: int, found: _Occurrences, type_: str) -> A
 def item_facts(item: bytes, group: str, resource: str) -> ItemFacts:
     """The facts of an object's message (a list item, or an envelope's raw). Absent strings are
     "". Raises ProtobufError for a malformed message."""
-    paths = _FIELD_PATHS.get((group, resource), ())
-    top: dict[int, _Occurrences] = {1: [], **{numbers[0]: [] for _j, numbers, _t in paths}}
+    plan = _PLANS.get((group, resource), _METADATA_ONLY)
+    top: dict[int, _Occurrences] = {number: [] for number in plan.top}
     for _s, f, wire, vs, ve in _fields(item, 0, len(item)):
         occurrences = top.get(f)
         if occurrences is not None:
@@ -172,7 +166,7 @@ def item_facts(item: bytes, group: str, resource: str) -> ItemFacts:
                 labels[key] = value
     name, namespace = strings[1], strings[3]
     doc: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}}
-    for (json_path, _numbers, _type), value in zip(paths, _path_values(item, top, paths)):
+    for (json_path, _numbers, _type), value in zip(plan.paths, _path_values(item, top, plan)):
         if value is None:
             continue
         node = doc

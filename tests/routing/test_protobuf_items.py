@@ -143,3 +143,10 @@ def test_the_facts_walk_each_message_once_and_read_what_one_walk_per_path_reads(
         if node is not None:
             got[json_path] = node
     assert got == expected
+
+
+def test_a_field_selector_path_deeper_than_two_fields_is_refused_when_the_table_is_read() -> None:
+    with pytest.raises(ValueError, match="spec.a.b: 3 fields"):
+        pbi._plan(((("spec", "a", "b"), (2, 1, 1), "string"),))
+    plan = pbi._PLANS[("", "pods")]
+    assert plan.top == (1, 2, 3) and dict(plan.below) == {2: {3, 8, 10, 11, 19}, 3: {1, 6, 11}}
