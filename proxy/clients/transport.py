@@ -418,7 +418,7 @@ class Endpoint:
             async with asyncio.timeout(timeout):
                 conn = await waiter
         except BaseException as exc:
-            if waiter.done() and not waiter.cancelled():  # handed a slot as it gave up: pass it on
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:  # handed a slot as it gave up: pass it on
                 self.free_slot(waiter.result())
             if isinstance(exc, TimeoutError):
                 raise TimedOut(f"no connection to the partition free within {timeout:g} s") from None

@@ -139,3 +139,18 @@ async def test_a_slot_freed_by_a_broken_answer_goes_to_the_next_request(aiohttp_
         assert endpoint._slots == 0
     finally:
         endpoint.close()
+
+
+async def test_closing_the_endpoint_fails_the_requests_waiting_for_a_slot(aiohttp_server: ServerFactory) -> None:
+    peer, endpoint = await start(aiohttp_server)
+    held = [asyncio.create_task(get(endpoint, f"/held{i}")) for i in range(SLOTS)]
+    while peer.in_flight < SLOTS:
+        await asyncio.sleep(0.01)
+    waiting = asyncio.create_task(get(endpoint, "/waiting"))
+    await asyncio.sleep(0.05)
+    endpoint.close()
+    with pytest.raises(transport.ConnectFailed, match="closed"):
+        await waiting
+    for task in held:  # their connections were closed under them
+        with pytest.raises(transport.TransportError):
+            await task
