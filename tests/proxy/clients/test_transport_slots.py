@@ -69,6 +69,14 @@ async def get(endpoint: Endpoint, path: str, timeout: float = 5.0) -> bytes:
         exchange.finish()
 
 
+async def fill_the_slots(peer: Peer, endpoint: Endpoint) -> list[asyncio.Task[bytes]]:
+    """SLOTS requests the peer holds until its gate opens, once all of them reached it."""
+    held = [asyncio.create_task(get(endpoint, f"/held{i}")) for i in range(SLOTS)]
+    while peer.in_flight < SLOTS:
+        await asyncio.sleep(0.01)
+    return held
+
+
 @pytest.fixture(autouse=True)
 def few_slots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transport, "MAX_REQUESTS_PER_ENDPOINT", SLOTS)
@@ -111,9 +119,7 @@ async def test_a_stream_holds_no_slot(aiohttp_server: ServerFactory) -> None:
 async def test_a_request_that_waits_longer_than_its_timeout_for_a_slot_times_out_and_gives_nothing_away(aiohttp_server: ServerFactory) -> None:
     peer, endpoint = await start(aiohttp_server)
     try:
-        held = [asyncio.create_task(get(endpoint, f"/held{i}")) for i in range(SLOTS)]
-        while peer.in_flight < SLOTS:
-            await asyncio.sleep(0.01)
+        held = await fill_the_slots(peer, endpoint)
         with pytest.raises(TimedOut, match="no connection to the partition free"):
             await get(endpoint, "/late", timeout=0.1)
         peer.gate.set()
@@ -127,9 +133,7 @@ async def test_a_request_that_waits_longer_than_its_timeout_for_a_slot_times_out
 async def test_a_slot_freed_by_a_broken_answer_goes_to_the_next_request(aiohttp_server: ServerFactory) -> None:
     peer, endpoint = await start(aiohttp_server)
     try:
-        held = [asyncio.create_task(get(endpoint, f"/held{i}")) for i in range(SLOTS)]
-        while peer.in_flight < SLOTS:
-            await asyncio.sleep(0.01)
+        held = await fill_the_slots(peer, endpoint)
         waiting = asyncio.create_task(get(endpoint, "/next"))
         await asyncio.sleep(0.05)
         held[0].cancel()  # its connection is dropped: the slot passes on without it
@@ -143,9 +147,7 @@ async def test_a_slot_freed_by_a_broken_answer_goes_to_the_next_request(aiohttp_
 
 async def test_closing_the_endpoint_fails_the_requests_waiting_for_a_slot(aiohttp_server: ServerFactory) -> None:
     peer, endpoint = await start(aiohttp_server)
-    held = [asyncio.create_task(get(endpoint, f"/held{i}")) for i in range(SLOTS)]
-    while peer.in_flight < SLOTS:
-        await asyncio.sleep(0.01)
+    held = await fill_the_slots(peer, endpoint)
     waiting = asyncio.create_task(get(endpoint, "/waiting"))
     await asyncio.sleep(0.05)
     endpoint.close()
