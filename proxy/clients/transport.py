@@ -3,14 +3,16 @@ written in one write, the answer parsed by llhttp (httptools).
 
 Owns, per endpoint: a pool of idle keep-alive connections (TLS, TCP keepalive), opening new ones
 when none is idle, and the wire exchange of one request at a time per connection (no
-pipelining, as Go's net/http and aiohttp). Requests with a whole answer (everything but
-streams) hold one of MAX_REQUESTS_PER_ENDPOINT slots from the send until the answer is read;
-beyond them a request waits, first come first served, for a slot and the connection it frees
-(Go's `Transport.MaxConnsPerHost`), instead of opening a connection it would close again. A
-reconnect storm (1,000 kubelets back on a restarted replica) opened ~900 TLS connections to
-four partitions within 5 s for its SubjectAccessReviews without it. Streams (watches) take an
-idle connection or a new one and hold no slot: they live for minutes. Owns no policy: which endpoint, the circuit breaker,
+pipelining, as Go's net/http and aiohttp). Owns no policy: which endpoint, the circuit breaker,
 what an error means to the caller, and the request's headers are `proxy.clients.partition`'s.
+
+Slots: requests with a whole answer (everything but streams) hold one of
+MAX_REQUESTS_PER_ENDPOINT slots from the send until the answer is read; beyond them a request
+waits, first come first served, for a slot and the connection it frees (Go's
+`Transport.MaxConnsPerHost`) instead of opening a connection it would close again. Without
+them a reconnect storm (1,000 kubelets back on a restarted replica) opened ~900 TLS
+connections to four partitions within 5 s for its SubjectAccessReviews. Streams (watches)
+take an idle connection or a new one and hold no slot: they live for minutes.
 
 Why not aiohttp's ClientSession (which this replaced): on this machine's 2 cores it spent
 ~0.08 ms of CPU per forwarded GET more than this module, most of it in building its request
@@ -29,8 +31,9 @@ Shapes:
   (a stream: no byte for that long breaks it).
 
 Errors: `ConnectFailed` (nothing was sent: the next endpoint may take the request),
-`TimedOut`, `ConnectionBroke` (reset, closed or malformed before or during the answer). All are
-`OSError`s, so a caller that catches OSError catches every transport failure.
+`TimedOut` (a deadline passed, waiting for a slot included), `ConnectionBroke` (reset, closed
+or malformed before or during the answer). All are `OSError`s, so a caller that catches
+OSError catches every transport failure.
 """
 
 from __future__ import annotations
