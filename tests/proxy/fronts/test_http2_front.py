@@ -5,6 +5,7 @@ library as the client."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -430,3 +431,52 @@ async def test_a_get_whose_content_length_is_no_ascii_number_is_served_without_o
     await c.exchange()
     assert c.answer(stream_id)[0][":status"] == "200" and c.pipeline.requests[0].content_length is None
     c.close()
+
+
+class _CyclicGarbage:
+    """The objects that only the cycle collector could free, made while the block ran
+    (gc.DEBUG_SAVEALL keeps them in gc.garbage), by type name."""
+
+    def __enter__(self) -> _CyclicGarbage:
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        self.types: set[str] = set()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.collect()
+        self.types = {type(o).__name__ for o in gc.garbage}
+        gc.garbage.clear()
+        gc.set_debug(0)
+
+
+async def test_ended_streams_are_freed_by_reference_counting_not_left_in_cycles() -> None:
+    """A stream that ends leaves no reference cycle behind: the proxy answers hundreds of
+    requests a second, and cycles wait for a full collection (proxy.loop_health freezes their
+    survivors for up to FROZEN_SWEEP_SECONDS), which showed as a 50 MiB sawtooth in bench/soak."""
+    async def echo(request: Request, writer: Any) -> None:
+        await request.body.read(1024)
+        await writer.respond(Answer(201, b"{}"))
+
+    lines, outcomes = Lines([b'{"type":"ADDED"}\n']), []
+    pushed = await _pushed(lines, outcomes)
+
+    async def route(request: Request, writer: Any) -> None:
+        await (pushed if request.query.get("watch") else echo)(request, writer)
+
+    with _CyclicGarbage() as garbage:
+        c = Client(route)
+        await c.exchange()
+        get = c.request("/api/v1/namespaces")
+        post = c.request("/api/v1/namespaces", "POST", body=b'{"kind":"Namespace"}')
+        watch = c.request("/api/v1/nodes?watch=1")
+        await c.exchange()
+        lines.terminated = True
+        assert lines.sink is not None
+        lines.sink(b"")
+        await c.exchange()
+        assert [c.answer(s)[0].get(":status") for s in (get, post, watch)] == ["201", "201", "200"]
+        assert outcomes == [Outcome.DONE]
+        c.close()
+        del c
+    assert not garbage.types & {"_Stream", "_Writer", "_Body", "_Pushed", "Event"}, garbage.types
