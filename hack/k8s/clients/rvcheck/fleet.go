@@ -79,6 +79,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
 	"runtime/pprof"
 	"strconv"
@@ -525,7 +526,24 @@ func errorClass(err error) string {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || utilnet.IsProbableEOF(err):
 		return "EOF"
 	}
-	return "other"
+	return "other: " + otherText(err)
+}
+
+// otherDigits matches the numbers (ports, addresses, ids) that would make every error text
+// distinct; otherTextMax is the length (bytes) of an unclassified error's text kept as its class.
+var otherDigits = regexp.MustCompile(`[0-9]+`)
+
+const otherTextMax = 80
+
+// otherText is an unclassified error's own text, its numbers replaced by N and cut to
+// otherTextMax bytes, so that the counts say what it was (a TLS alert, a closed HTTP/2
+// connection) without one key per port.
+func otherText(err error) string {
+	text := otherDigits.ReplaceAllString(err.Error(), "N")
+	if len(text) > otherTextMax {
+		text = text[:otherTextMax]
+	}
+	return text
 }
 
 // fleetWatchCounts counts one resource's watch requests over every kubelet.
