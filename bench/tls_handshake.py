@@ -88,7 +88,10 @@ def _connect(port: int, pki: Path, handshakes: int, client_certificate: bool) ->
 
 
 def one_case(pki: Path, library: str, client_certificate: bool, handshakes: int) -> dict[str, Any]:
-    env = {**os.environ, **proxy_env()} if library == "built" else dict(os.environ)
+    if library == "built":
+        env = {**os.environ, **proxy_env()}
+    else:  # the machine's own OpenSSL, whatever library path the caller runs with
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     child = subprocess.Popen([sys.executable, "-m", "bench.tls_handshake", "--serve", str(pki), "--handshakes", str(handshakes)],
                              stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -37,7 +37,6 @@ Request classes and their timeouts (seconds, `upstream.*` in the config):
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import re
 import ssl

@@ -416,10 +416,7 @@ class Http2Connection(asyncio.Protocol):
     # -- incoming ------------------------------------------------------------------------------
 
     def _request(self, event: RequestReceived) -> None:
-        stream_id = event.stream_id
-        if self._closing:
-            self._h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
-            return
+        stream_id = event.stream_id  # after GOAWAY the protocol refuses new streams itself (REFUSED_STREAM)
         head = event.head
         headers = CIMultiDict(head.headers)
         if head.authority is not None and "Host" not in headers:

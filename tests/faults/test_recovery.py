@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-import orjson
 import pytest
 
 from tests.federation import Kube, proxy_request, running_federation

@@ -53,7 +53,6 @@ def still_serving(kube: Kube) -> None:
 
 def test_rapid_reset_gets_goaway_enhance_your_calm(kube: Kube, rss_before: float) -> None:
     c = client(kube)
-    frames = []
     for i in range(1000):
         stream_id = 1 + 2 * i
         c.conn.send_headers(stream_id, [(":method", "GET"), (":path", "/api/v1/pods?watch=1"), (":scheme", "https"),

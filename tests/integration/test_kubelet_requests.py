@@ -83,7 +83,7 @@ async def fake_kubelet(kube: Kube, tmp_path: Path) -> AsyncIterator[FakeKubelet]
                 if data[:1] == b"\x00":
                     await ws.send_bytes(b"\x01" + data[1:])
         elif command[:1] == ["exit"]:
-            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode", "message": f"command terminated with non-zero exit code",
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode", "message": "command terminated with non-zero exit code",
                       "details": {"causes": [{"reason": "ExitCode", "message": command[1]}]}}
         await ws.send_bytes(b"\x03" + json.dumps(status).encode())
         await ws.close()

@@ -10,7 +10,6 @@ from typing import Any
 import aiohttp
 
 from hack.federation import Federation
-from routing import rv as rvcodec
 from tests.federation import Kube, pod
 
 SECONDS = 20.0  # upper bound for one test's waits; events arrive in milliseconds

@@ -55,7 +55,7 @@ def test_requests_repeated_on_a_connection_decode_the_same_from_the_dynamic_tabl
     p = Peers()
     heads = []
     for _ in range(50):
-        stream_id = p.request("/api/v1/namespaces/acme/pods/p-1", accept="application/vnd.kubernetes.protobuf")
+        p.request("/api/v1/namespaces/acme/pods/p-1", accept="application/vnd.kubernetes.protobuf")
         (request,) = p.to_server()
         heads.append((request.head.method, request.head.path, request.head.headers))
         p.answer(request.stream_id, 200, b"x")
@@ -254,7 +254,7 @@ def test_a_reset_from_the_front_closes_the_stream_for_the_client() -> None:
 
 def test_priority_and_unknown_frames_are_read_and_ignored() -> None:
     p = Peers()
-    stream_id = p.request()
+    p.request()
     extra = frame(PRIORITY, 9, (1).to_bytes(4, "big") + b"\x10") + frame(0xFA, 0, b"what is this")
     events = p.to_server(extra)
     assert [type(e) for e in events] == [RequestReceived]

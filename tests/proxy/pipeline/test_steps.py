@@ -4,7 +4,6 @@ that would ask a partition (authorization reviews) are replaced by objects answe
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
