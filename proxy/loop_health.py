@@ -19,7 +19,10 @@ measured full collections of 0.1-2.5 s, each a stall of every stream (delivery p
 last exceed 25 % of the long-lived ones, so a heap that grows (watches opening) or churns
 (watches renewed every 5-10 minutes) pays one every few minutes. Frozen objects are still freed
 by reference counting when they die; only garbage held in reference cycles waits for the next
-sweep (at most FROZEN_SWEEP_SECONDS), and that sweep is the one long collection left.
+sweep (at most FROZEN_SWEEP_SECONDS), and that sweep is the one long collection left. So what a
+request allocates must not form cycles: the HTTP/2 front's stream and its writer once did, ~1 KiB
+per request held for up to 10 minutes, a 50 MiB sawtooth in the soak's RSS (docs/benchmarks.md,
+"Cyclic garbage"; tests/proxy/fronts/test_http2_front.py checks that streams leave none).
 """
 
 from __future__ import annotations

@@ -118,6 +118,9 @@ class LineSource(Protocol):
         """From now on give each line to `sink` (called synchronously, never awaited); returns
         the lines queued before."""
 
+    def detach(self) -> None:
+        """The stream ended: let go of the sink (nothing more is pushed to it)."""
+
 
 class WebSocketChannel(Protocol):
     """A client's WebSocket once its upgrade is complete: binary messages both ways."""

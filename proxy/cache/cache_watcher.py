@@ -123,6 +123,11 @@ class CacheWatcher:
         self._sink = sink
         return self.take()
 
+    def detach(self) -> None:
+        """The stream ended: let go of the sink. Lines offered later are queued (the watcher is
+        removed from its cache right after)."""
+        self._sink = None
+
     @property
     def pending(self) -> int:
         """Lines queued and not yet taken."""

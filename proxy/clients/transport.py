@@ -75,6 +75,15 @@ MAX_REQUESTS_PER_ENDPOINT = MAX_IDLE_PER_ENDPOINT
 
 
 _NEVER = float("inf")
+
+
+class _NoCallbacks:
+    """The callbacks of `_CLOSED_PARSER`: none."""
+
+
+# The parser a closed connection keeps in place of its own (which calls back into it): never fed.
+_CLOSED_PARSER = httptools.HttpResponseParser(_NoCallbacks())
+
 RawHeaders = list[tuple[bytes, bytes]]  # an answer's header fields as received: (name, value)
 
 
@@ -165,6 +174,11 @@ class _Connection(asyncio.BufferedProtocol):
             self._fail(ConnectionBroke(f"connection closed: {exc}" if exc else "connection closed by the partition"))
         if self._drain is not None and not self._drain.done():
             self._drain.set_exception(ConnectionBroke("connection closed while sending"))
+        # The parser and the transport both point back here: let go of them, so a closed
+        # connection (and its TLS state) is freed by reference counting, not by the next full
+        # collection, which proxy.loop_health defers up to FROZEN_SWEEP_SECONDS.
+        self.transport = None
+        self._parser = _CLOSED_PARSER
 
     def pause_writing(self) -> None:
         self._drain = self.loop.create_future()
@@ -301,7 +315,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.closed = True
             if self.transport is not None:
                 self.transport.abort()
-            self._endpoint.forget(self)
+        self._endpoint.forget(self)  # also when already lost: a request begun on it marked it busy
         if self.slot:
             self.slot = False
             self._endpoint.free_slot(None)
@@ -352,9 +366,11 @@ class Exchange:
 
     def finish(self) -> None:
         self._conn.finish()
+        self._conn.error = None  # raised to the caller, whose traceback holds a frame holding this connection
 
     def abort(self) -> None:
         self._conn.abort()
+        self._conn.error = None
 
 
 class Endpoint:
@@ -500,9 +516,10 @@ class Endpoint:
             conn.slot = whole
             head_future = conn.begin(head_timeout=head_timeout)
             transport = conn.transport
-            assert transport is not None
             sender: asyncio.Task[None] | None = None
             try:
+                if transport is None:  # lost between its handshake and this first request
+                    raise ConnectionBroke("connection closed before the request was sent")
                 if body is None or isinstance(body, bytes):
                     transport.write(head + body if body else head)
                 else:

@@ -326,6 +326,10 @@ class _Pushed:
         for timer in (self._stall, self._expiry):
             if timer is not None:
                 timer.cancel()
+        # The source's sink and the timers' callbacks are this object's methods: let go of both
+        # so the ended watch is freed by reference counting, not left in cycles (loop_health).
+        self._stall = self._expiry = None
+        self._source.detach()
         self._conn.forget(self._stream)
         self._on_end(outcome)
 

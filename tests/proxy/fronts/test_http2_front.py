@@ -17,8 +17,10 @@ import h2.settings
 import pytest
 from multidict import CIMultiDict
 
+from proxy.cache.cache_watcher import CacheWatcher
 from proxy.fronts.http2 import Http2Connection, Http2Front
 from proxy.messages import Answer, ClientGone, Outcome, Request
+from routing.selectors import parse_field_selector, parse_label_selector
 from tests.proxy.fronts.peers import frame, frames_of, request_headers
 
 Handler = Callable[[Request, Any], Awaitable[None]]
@@ -312,11 +314,15 @@ class Lines:
         self.queued = queued
         self.sink: Callable[[bytes], None] | None = None
         self.terminated = False
+        self.detached = False
 
     def attach(self, sink: Callable[[bytes], None]) -> list[bytes]:
         self.sink = sink
         queued, self.queued = self.queued, []
         return queued
+
+    def detach(self) -> None:
+        self.detached = True  # the sink is kept: tests push to an ended stream through it
 
 
 async def _pushed(lines: Lines, outcomes: list[str]) -> Handler:
@@ -460,9 +466,14 @@ async def test_ended_streams_are_freed_by_reference_counting_not_left_in_cycles(
 
     lines, outcomes = Lines([b'{"type":"ADDED"}\n']), []
     pushed = await _pushed(lines, outcomes)
+    watcher = CacheWatcher(label_selector=parse_label_selector(""), field_selector=parse_field_selector(""))
+    from_cache = await _pushed(watcher, outcomes)  # type: ignore[arg-type]
 
     async def route(request: Request, writer: Any) -> None:
-        await (pushed if request.query.get("watch") else echo)(request, writer)
+        if request.query.get("watch"):
+            await (from_cache if request.raw_path == "/api/v1/pods" else pushed)(request, writer)
+        else:
+            await echo(request, writer)
 
     with _CyclicGarbage() as garbage:
         c = Client(route)
@@ -470,13 +481,15 @@ async def test_ended_streams_are_freed_by_reference_counting_not_left_in_cycles(
         get = c.request("/api/v1/namespaces")
         post = c.request("/api/v1/namespaces", "POST", body=b'{"kind":"Namespace"}')
         watch = c.request("/api/v1/nodes?watch=1")
+        cached = c.request("/api/v1/pods?watch=1")
         await c.exchange()
         lines.terminated = True
         assert lines.sink is not None
         lines.sink(b"")
+        watcher.finish()  # as at a shutdown: the cache watcher's end marker
         await c.exchange()
-        assert [c.answer(s)[0].get(":status") for s in (get, post, watch)] == ["201", "201", "200"]
-        assert outcomes == [Outcome.DONE]
+        assert [c.answer(s)[0].get(":status") for s in (get, post, watch, cached)] == ["201", "201", "200", "200"]
+        assert outcomes == [Outcome.DONE, Outcome.DONE]
         c.close()
-        del c
-    assert not garbage.types & {"_Stream", "_Writer", "_Body", "_Pushed", "Event"}, garbage.types
+        del c, watcher, from_cache
+    assert not garbage.types & {"_Stream", "_Writer", "_Body", "_Pushed", "CacheWatcher", "Event", "TimerHandle"}, garbage.types

@@ -1,0 +1,89 @@
+"""A connection the partition transport is done with, answered, broken or silent, is freed by
+reference counting: it leaves no reference cycle for the garbage collector, which
+proxy.loop_health defers up to FROZEN_SWEEP_SECONDS (a closed connection's TLS state held that
+long showed as a sawtooth in the soak's RSS). The peer is a local aiohttp server (it stands in
+for a transport, not for kube-apiserver)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from proxy.clients.transport import ConnectionBroke, Endpoint, InactivityTimeout
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
+
+
+async def _answer(request: web.Request) -> web.StreamResponse:
+    return web.Response(body=b"{}")
+
+
+async def _broken(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Length": "100"})
+    await response.prepare(request)
+    await response.write(b"{")
+    assert request.transport is not None
+    request.transport.close()  # the partition went away mid-answer
+    return response
+
+
+async def _silent(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse()
+    await response.prepare(request)
+    await response.write(b"{}\n")
+    await asyncio.sleep(30)  # a watch with nothing to say
+    return response
+
+
+def head(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: peer\r\n\r\n".encode()
+
+
+class _CyclicGarbage:
+    """The objects only the cycle collector could free, made while the block ran, by type name."""
+
+    def __enter__(self) -> _CyclicGarbage:
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        self.types: set[str] = set()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.collect()
+        self.types = {type(o).__name__ for o in gc.garbage}
+        gc.garbage.clear()
+        gc.set_debug(0)
+
+
+async def test_answered_broken_and_silent_connections_leave_no_cycles(aiohttp_server: ServerFactory) -> None:
+    app = web.Application()
+    app.router.add_get("/answer", _answer)
+    app.router.add_get("/broken", _broken)
+    app.router.add_get("/silent", _silent)
+    server = await aiohttp_server(app)
+    endpoint = Endpoint(server.host, server.port, None, connect_timeout=1.0, tick=0.05)
+    with _CyclicGarbage() as garbage:
+        exchange = await endpoint.exchange(head("/answer"), None, head_timeout=5, total_timeout=5, inactivity=None, replayable=True)
+        assert await exchange.read() == b"{}"
+        exchange.finish()
+
+        exchange = await endpoint.exchange(head("/broken"), None, head_timeout=5, total_timeout=5, inactivity=None, replayable=True)
+        with pytest.raises(ConnectionBroke):
+            await exchange.read()
+        exchange.finish()
+
+        exchange = await endpoint.exchange(head("/silent"), None, head_timeout=5, total_timeout=None, inactivity=0.2, replayable=True)
+        with pytest.raises(InactivityTimeout):
+            async for _ in exchange.chunks():
+                pass
+        exchange.abort()
+
+        endpoint.close()  # the idle connection of the first answer
+        del exchange
+        await asyncio.sleep(0.1)  # connection_lost of every closed connection
+    assert "_Connection" not in garbage.types, garbage.types
