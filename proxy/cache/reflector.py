@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import gc
 import logging
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
@@ -53,10 +54,20 @@ def release_freed_memory() -> None:
     than the peak of decoding them."""
     gc.collect()
     gc.freeze()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, None elsewhere. Loaded once: each ctypes.CDLL makes new function
+    pointer types, which are reference cycles."""
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
-        pass  # not glibc: nothing to do
+        return None  # not glibc: nothing to do
+    return trim
 
 
 class RelistNeeded(Exception):

@@ -465,7 +465,9 @@ class Endpoint:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-                error: Exception | None = None
+                # The last failure's text, not the exception: a frame holding the exception that
+                # holds the frame (its traceback) is a cycle, one per refused connect.
+                why = f"no address for {self.host}"
                 for family, type_, proto, _, address in infos:
                     sock = socket.socket(family, type_, proto)
                     try:
@@ -474,15 +476,17 @@ class Endpoint:
                         await loop.sock_connect(sock, address)
                     except OSError as exc:
                         sock.close()
-                        error = exc
+                        why = f"{type(exc).__name__}: {exc}"
                         continue
                     break
                 else:
-                    raise error or OSError(f"no address for {self.host}")
+                    raise ConnectFailed(why)
                 _, conn = await loop.create_connection(
                     lambda: _Connection(self, loop), sock=sock, ssl=self.ssl_context,
                     server_hostname=self.host if self.ssl_context is not None else None,
                 )
+        except ConnectFailed:
+            raise
         except TimeoutError:
             raise ConnectFailed(f"no connection within {self.connect_timeout:g} s") from None
         except (OSError, ssl.SSLError) as exc:

@@ -1,5 +1,5 @@
-"""A connection the partition transport is done with, answered, broken or silent, is freed by
-reference counting: it leaves no reference cycle for the garbage collector, which
+"""A connection the partition transport is done with, answered, broken, silent or refused, is
+freed by reference counting: it leaves no reference cycle for the garbage collector, which
 proxy.loop_health defers up to FROZEN_SWEEP_SECONDS (a closed connection's TLS state held that
 long showed as a sawtooth in the soak's RSS). The peer is a local aiohttp server (it stands in
 for a transport, not for kube-apiserver)."""
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import socket
 from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.clients.transport import ConnectionBroke, Endpoint, InactivityTimeout
+from proxy.clients.transport import ConnectFailed, ConnectionBroke, Endpoint, InactivityTimeout
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
@@ -38,6 +39,14 @@ async def _silent(request: web.Request) -> web.StreamResponse:
     await response.write(b"{}\n")
     await asyncio.sleep(30)  # a watch with nothing to say
     return response
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 def head(path: str) -> bytes:
@@ -83,7 +92,11 @@ async def test_answered_broken_and_silent_connections_leave_no_cycles(aiohttp_se
                 pass
         exchange.abort()
 
+        refused = Endpoint(server.host, _closed_port(), None, connect_timeout=1.0, tick=0.05)
+        with pytest.raises(ConnectFailed, match="ConnectionRefusedError"):
+            await refused.exchange(head("/answer"), None, head_timeout=5, total_timeout=5, inactivity=None, replayable=True)
+
         endpoint.close()  # the idle connection of the first answer
         del exchange
         await asyncio.sleep(0.1)  # connection_lost of every closed connection
-    assert "_Connection" not in garbage.types, garbage.types
+    assert not garbage.types & {"_Connection", "ConnectionRefusedError"}, garbage.types
