@@ -7,7 +7,6 @@ for a transport, not for kube-apiserver)."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -16,6 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.clients.transport import ConnectFailed, ConnectionBroke, Endpoint, InactivityTimeout
+from tests.cyclic_garbage import CyclicGarbage
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
@@ -53,30 +53,14 @@ def head(path: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: peer\r\n\r\n".encode()
 
 
-class _CyclicGarbage:
-    """The objects only the cycle collector could free, made while the block ran, by type name."""
-
-    def __enter__(self) -> _CyclicGarbage:
-        gc.collect()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        self.types: set[str] = set()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.collect()
-        self.types = {type(o).__name__ for o in gc.garbage}
-        gc.garbage.clear()
-        gc.set_debug(0)
-
-
-async def test_answered_broken_and_silent_connections_leave_no_cycles(aiohttp_server: ServerFactory) -> None:
+async def test_answered_broken_silent_and_refused_connections_leave_no_cycles(aiohttp_server: ServerFactory) -> None:
     app = web.Application()
     app.router.add_get("/answer", _answer)
     app.router.add_get("/broken", _broken)
     app.router.add_get("/silent", _silent)
     server = await aiohttp_server(app)
     endpoint = Endpoint(server.host, server.port, None, connect_timeout=1.0, tick=0.05)
-    with _CyclicGarbage() as garbage:
+    with CyclicGarbage() as garbage:
         exchange = await endpoint.exchange(head("/answer"), None, head_timeout=5, total_timeout=5, inactivity=None, replayable=True)
         assert await exchange.read() == b"{}"
         exchange.finish()

@@ -5,7 +5,6 @@ library as the client."""
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from proxy.cache.cache_watcher import CacheWatcher
 from proxy.fronts.http2 import Http2Connection, Http2Front
 from proxy.messages import Answer, ClientGone, Outcome, Request
 from routing.selectors import parse_field_selector, parse_label_selector
+from tests.cyclic_garbage import CyclicGarbage
 from tests.proxy.fronts.peers import frame, frames_of, request_headers
 
 Handler = Callable[[Request, Any], Awaitable[None]]
@@ -439,23 +439,6 @@ async def test_a_get_whose_content_length_is_no_ascii_number_is_served_without_o
     c.close()
 
 
-class _CyclicGarbage:
-    """The objects that only the cycle collector could free, made while the block ran
-    (gc.DEBUG_SAVEALL keeps them in gc.garbage), by type name."""
-
-    def __enter__(self) -> _CyclicGarbage:
-        gc.collect()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        self.types: set[str] = set()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.collect()
-        self.types = {type(o).__name__ for o in gc.garbage}
-        gc.garbage.clear()
-        gc.set_debug(0)
-
-
 async def test_ended_streams_are_freed_by_reference_counting_not_left_in_cycles() -> None:
     """A stream that ends leaves no reference cycle behind: the proxy answers hundreds of
     requests a second, and cycles wait for a full collection (proxy.loop_health freezes their
@@ -467,15 +450,12 @@ async def test_ended_streams_are_freed_by_reference_counting_not_left_in_cycles(
     lines, outcomes = Lines([b'{"type":"ADDED"}\n']), []
     pushed = await _pushed(lines, outcomes)
     watcher = CacheWatcher(label_selector=parse_label_selector(""), field_selector=parse_field_selector(""))
-    from_cache = await _pushed(watcher, outcomes)  # type: ignore[arg-type]
+    watches = {"/api/v1/nodes": pushed, "/api/v1/pods": await _pushed(watcher, outcomes)}  # type: ignore[arg-type]
 
     async def route(request: Request, writer: Any) -> None:
-        if request.query.get("watch"):
-            await (from_cache if request.raw_path == "/api/v1/pods" else pushed)(request, writer)
-        else:
-            await echo(request, writer)
+        await (watches[request.raw_path] if request.query.get("watch") else echo)(request, writer)
 
-    with _CyclicGarbage() as garbage:
+    with CyclicGarbage() as garbage:
         c = Client(route)
         await c.exchange()
         get = c.request("/api/v1/namespaces")
@@ -491,5 +471,6 @@ async def test_ended_streams_are_freed_by_reference_counting_not_left_in_cycles(
         assert [c.answer(s)[0].get(":status") for s in (get, post, watch, cached)] == ["201", "201", "200", "200"]
         assert outcomes == [Outcome.DONE, Outcome.DONE]
         c.close()
-        del c, watcher, from_cache
+        watches.clear()  # the cache watcher is referenced from here on only by what the stream left
+        del c, watcher
     assert not garbage.types & {"_Stream", "_Writer", "_Body", "_Pushed", "CacheWatcher", "Event", "TimerHandle"}, garbage.types
