@@ -20,9 +20,11 @@ last exceed 25 % of the long-lived ones, so a heap that grows (watches opening) 
 (watches renewed every 5-10 minutes) pays one every few minutes. Frozen objects are still freed
 by reference counting when they die; only garbage held in reference cycles waits for the next
 sweep (at most FROZEN_SWEEP_SECONDS), and that sweep is the one long collection left. So what a
-request allocates must not form cycles: the HTTP/2 front's stream and its writer once did, ~1 KiB
-per request held for up to 10 minutes, a 50 MiB sawtooth in the soak's RSS (docs/benchmarks.md,
-"Cyclic garbage"; tests/proxy/fronts/test_http2_front.py checks that streams leave none).
+request, watch or connection allocates must not form cycles: answered HTTP/2 streams, ended
+cache-served watches and closed upstream connections once did, held for up to 10 minutes, a
+30-60 MiB sawtooth in the soak's RSS (docs/benchmarks.md, "Cyclic garbage";
+tests/proxy/fronts/test_http2_front.py and tests/proxy/clients/test_transport_cycles.py check
+that they leave none).
 """
 
 from __future__ import annotations
