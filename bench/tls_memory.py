@@ -1,11 +1,13 @@
-"""Memory and CPU of a client TLS connection, by TLS layer: what `proxy.clients.tls` was chosen by.
+"""Memory and CPU of a client TLS connection, by TLS layer: what a TLS connection of the partition
+transport keeps after the answers it received.
 
 Cases, each in a fresh client process on uvloop that opens `--connections` TLS 1.3 connections
 to one local TLS server (a child process), asks each for an answer of `--answer` bytes, reads it
 whole into a protocol that only counts it, and keeps every connection open:
 - `uvloop`: uvloop's TLS transport (`loop.create_connection(..., ssl=context)`), the way the
-  partition transport connected until 2026-11;
-- `memory-bio`: `proxy.clients.tls.TLSConnection` over a plain TCP connection (the proxy's).
+  partition transport connects;
+- `memory-bio`: `bench.peers.memory_bio_tls.TLSConnection` over a plain TCP connection (memory
+  BIOs fed a record at a time; see that module for why the proxy does not use it yet).
 Each is run with a small answer (what a Lease renewal gets) and a large one (a LIST page, a
 burst of watch events), since which a connection once received decides what it keeps. Figures:
 the client process's RSS growth per connection (KiB, /proc/self/status VmRSS after minus before,
@@ -87,7 +89,7 @@ class _Counting(asyncio.Protocol):
 
 async def _client(case: str, port: int, ca: str, connections: int, size: int) -> dict[str, Any]:
     from proxy.allocator import tune_allocator
-    from proxy.clients.tls import TLSConnection
+    from bench.peers.memory_bio_tls import TLSConnection
 
     tune_allocator()
     loop = asyncio.get_running_loop()

@@ -29,19 +29,11 @@ _local = threading.local()
 def read_buffer() -> memoryview:
     """This thread's read buffer (READ_BUFFER_SIZE bytes, made on first use): for
     `get_buffer`, its contents valid only until `buffer_updated` returns."""
-    return thread_buffer("read", READ_BUFFER_SIZE)
-
-
-def thread_buffer(name: str, size: int) -> memoryview:
-    """This thread's buffer called `name` (`size` bytes, made on first use; the size of its
-    first use stays)."""
-    buffers: dict[str, memoryview] | None = getattr(_local, "buffers", None)
-    if buffers is None:
-        buffers = _local.buffers = {}
-    buffer = buffers.get(name)
-    if buffer is None:
-        buffer = buffers[name] = memoryview(bytearray(size))
-    return buffer
+    try:
+        return _local.buffer  # type: ignore[no-any-return]
+    except AttributeError:
+        _local.buffer = memoryview(bytearray(READ_BUFFER_SIZE))
+        return _local.buffer  # type: ignore[no-any-return]
 
 
 class BufferedReads(asyncio.BufferedProtocol):

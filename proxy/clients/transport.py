@@ -1,10 +1,9 @@
 """The partition transport: persistent HTTP/1.1 connections to one partition endpoint, a request
 written in one write, the answer parsed by llhttp (httptools).
 
-Owns, per endpoint: a pool of idle keep-alive connections (TCP keepalive; TLS through
-`proxy.clients.tls`, whose buffers stay small), opening new ones when none is idle, and the
-wire exchange of one request at a time per connection (no pipelining, as Go's net/http and
-aiohttp). Owns no policy: which endpoint, the circuit breaker,
+Owns, per endpoint: a pool of idle keep-alive connections (TLS, TCP keepalive), opening new ones
+when none is idle, and the wire exchange of one request at a time per connection (no
+pipelining, as Go's net/http and aiohttp). Owns no policy: which endpoint, the circuit breaker,
 what an error means to the caller, and the request's headers are `proxy.clients.partition`'s.
 
 Slots: requests with a whole answer (everything but streams) hold one of
@@ -48,7 +47,6 @@ from typing import cast
 
 import httptools
 
-from proxy.clients.tls import TLSConnection
 from proxy.read_buffer import read_buffer
 
 # TCP keepalive of every connection: a peer that vanished without a reset (host down, network
@@ -148,7 +146,7 @@ class _Connection(asyncio.BufferedProtocol):
     # -- asyncio.Protocol --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # proxy.clients.tls.TLSConnection, or a TCP transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is no asyncio.Transport subclass
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._buffer
@@ -464,7 +462,6 @@ class Endpoint:
     async def _connect(self) -> _Connection:
         """A new connection. Raises ConnectFailed."""
         loop = asyncio.get_running_loop()
-        tls: TLSConnection | None = None
         try:
             async with asyncio.timeout(self.connect_timeout):
                 infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
@@ -484,24 +481,15 @@ class Endpoint:
                     break
                 else:
                     raise ConnectFailed(why)
-                conn = _Connection(self, loop)
-                if self.ssl_context is None:
-                    await loop.create_connection(lambda: conn, sock=sock)
-                else:
-                    tls = TLSConnection(self.ssl_context, self.host, conn, loop)
-                    await loop.create_connection(lambda: tls, sock=sock)
-                    failed = await tls.handshake
-                    if failed:
-                        raise ConnectFailed(failed)
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, loop), sock=sock, ssl=self.ssl_context,
+                    server_hostname=self.host if self.ssl_context is not None else None,
+                )
         except ConnectFailed:
             raise
         except TimeoutError:
-            if tls is not None:
-                tls.abort()
             raise ConnectFailed(f"no connection within {self.connect_timeout:g} s") from None
         except (OSError, ssl.SSLError) as exc:
-            if tls is not None:
-                tls.abort()
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
         self._open.add(conn)
         return conn

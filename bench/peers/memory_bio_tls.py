@@ -1,37 +1,31 @@
-"""TLS for the partition transport: a client connection's TLS layer over a plain TCP transport,
-through OpenSSL memory BIOs fed and drained one TLS record's worth at a time, so that each
-connection's TLS buffers stay a few tens of KiB whatever it ever received or sent.
+"""A client TLS connection over a plain TCP transport, through OpenSSL memory BIOs fed and
+drained one TLS record's worth at a time: the candidate `bench.tls_memory` measures against
+uvloop's TLS transport. A peer written to measure, not the proxy's transport.
 
-Why not uvloop's TLS transport (`loop.create_connection(..., ssl=context)`): it gives every
-connection a 256 KiB read buffer of its own (SSL_READ_MAX_SIZE, uvloop's sslproto.pyx) and
-writes each read into the incoming memory BIO whole; OpenSSL's memory BIO never shrinks its
-buffer, and the pages a large read touched in the read buffer stay resident. So a connection
-that once received a large answer (a LIST page, a burst of watch events) keeps ~585 KiB
-resident until it closes, against ~48 KiB for one that never did (`python -m bench.tls_memory`).
-A replica holds hundreds of partition connections, and more of them meet a large answer as a
-run goes on: in the soak, ~80 of replica A's ~260 MiB, rising in steps at every burst of
-events (docs/benchmarks.md, "TLS buffers").
+Why it was tried: uvloop gives every TLS connection a 256 KiB read buffer of its own
+(SSL_READ_MAX_SIZE, sslproto.pyx) and writes each read whole into the incoming memory BIO,
+whose OpenSSL buffer never shrinks, so a connection that once received a large answer keeps
+~550 KiB resident until it closes; through this layer ~49 KiB (`python -m bench.tls_memory`).
 
-Here the TCP transport reads into the thread's read buffer (`proxy.read_buffer`: no buffer per
-connection); the bytes go into the incoming BIO FEED_BYTES at a time, and the plaintext is
-taken out after each slice into a per-thread buffer and handed to the protocol as a
-memoryview (valid until `data_received` returns, as with `proxy.read_buffer`). Writes go
-through the SSL object WRITE_BYTES at a time, all the records of one `write` sent in one
-`writelines`. What the protocol's reader has not taken back-pressures as with any transport:
+Why it is not the partition transport's: wired in as such (b5d19f3, reverted), the proxy
+answered nothing, not even /readyz, for most of a reconnect storm: `python -m bench.fleet
+--kubelets 1000 --sides proxy --duration 20` had the restarted proxy ready after 46-54 s
+against 8 s with uvloop's TLS (all kubelets back after 46-54 s against 49 s), and in the soak
+replica B was not ready for 102-134 s after each restart (docs/benchmarks.md, "TLS buffers").
+Where that time went is not measured yet.
+
+The TCP transport reads into one buffer per process; the bytes go into the incoming BIO
+FEED_BYTES at a time, and the plaintext is taken out after each slice into a second buffer and
+handed to the protocol as a memoryview (valid until `data_received` returns). Writes go through
+the SSL object WRITE_BYTES at a time, all the records of one `write` sent in one `writelines`.
 `pause_reading` stops both the TCP reads and the decryption; the ciphertext of the read in
-progress waits, copied, until `resume_reading`.
+progress waits, copied, until `resume_reading`, which delivers from the next turn of the loop
+(as asyncio's transports do).
 
 Shapes: `TLSConnection(context, server_hostname, app, loop)` is the TCP protocol
-(`loop.create_connection(lambda: tls, sock=sock)`) and, to `app`, its transport (`write`,
-`writelines`, `abort`, `close`, `pause_reading`, `resume_reading`, `is_closing`,
-`get_extra_info`). `await tls.handshake` gives "" once the handshake is done and
-`app.connection_made` was called, or the reason it failed (text, not an exception: an
-exception kept in a future, with a traceback holding the frame that awaited it, is a
-reference cycle). The TCP connection is aborted when the handshake fails.
-
-Errors: a TLS error after the handshake (a bad record, a renegotiation request) aborts the
-connection; `app.connection_lost` gets it. A close_notify from the peer reaches `app` as
-`eof_received`.
+(`loop.create_connection(lambda: tls, sock=sock)`) and, to `app`, its transport. `await
+tls.handshake` gives "" once the handshake is done and `app.connection_made` was called, or
+the reason it failed (text); the TCP connection is aborted when it fails.
 """
 
 from __future__ import annotations
@@ -40,7 +34,9 @@ import asyncio
 import ssl
 from typing import Any
 
-from proxy.read_buffer import read_buffer, thread_buffer
+# bytes: what one TCP read takes at most (uvloop's own SSL_READ_MAX_SIZE)
+READ_BYTES = 256 * 1024
+
 
 # bytes of ciphertext written into the incoming BIO at once: a whole TLS record (16 KiB of
 # plaintext plus its header and tag, RFC 8446 section 5.2), so a record is decrypted as soon as
@@ -52,6 +48,10 @@ WRITE_BYTES = 16 * 1024
 # bytes of the per-thread plaintext buffer: what one `data_received` carries at most (four
 # records: fewer calls into the HTTP parser than one per record, and no larger than needed).
 PLAIN_BYTES = 64 * 1024
+
+# one of each per process: the protocols use them only inside one callback
+_READ = memoryview(bytearray(READ_BYTES))
+_PLAIN = memoryview(bytearray(PLAIN_BYTES))
 
 class TLSConnection(asyncio.BufferedProtocol):
     """One client TLS connection: the TCP transport's protocol, and `app`'s transport (module
@@ -81,10 +81,10 @@ class TLSConnection(asyncio.BufferedProtocol):
         self._shake()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return read_buffer()
+        return _READ
 
     def buffer_updated(self, nbytes: int) -> None:
-        data = read_buffer()[:nbytes]
+        data = _READ[:nbytes]
         if self._paused or self._backlog:
             self._backlog += data  # a copy: the buffer is the next read's
             return
@@ -243,7 +243,7 @@ class TLSConnection(asyncio.BufferedProtocol):
     def _deliver(self) -> None:
         """Decrypt what the incoming BIO holds and hand it to the app, PLAIN_BYTES at a time,
         until the SSL object wants more ciphertext or the app pauses."""
-        buffer = thread_buffer("tls-plaintext", PLAIN_BYTES)
+        buffer = _PLAIN
         tls, incoming = self._ssl, self._incoming
         while self._ready and not self._paused:
             filled, eof, failure = 0, False, None
