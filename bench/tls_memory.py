@@ -2,14 +2,14 @@
 transport keeps after the answers it received.
 
 Cases, each in a fresh client process on uvloop that opens `--connections` TLS 1.3 connections
-to one local TLS server (a child process), asks each for an answer of `--answer` bytes, reads it
-whole into a protocol that only counts it, and keeps every connection open:
+to one local TLS server (a child process), asks each for one answer (SMALL or LARGE bytes), reads
+it whole into a protocol that only counts it, and keeps every connection open:
 - `uvloop`: uvloop's TLS transport (`loop.create_connection(..., ssl=context)`), the way the
   partition transport connects;
 - `memory-bio`: `bench.peers.memory_bio_tls.TLSConnection` over a plain TCP connection (memory
   BIOs fed a record at a time; see that module for why the proxy does not use it yet).
 Each is run with a small answer (what a Lease renewal gets) and a large one (a LIST page, a
-burst of watch events), since which a connection once received decides what it keeps. Figures:
+burst of watch events): what a connection once received decides what it keeps. Figures:
 the client process's RSS growth per connection (KiB, /proc/self/status VmRSS after minus before,
 glibc's mmap threshold fixed as the proxy fixes it: `proxy.allocator`), and its CPU (user +
 system, ms) per connection (the handshake included) and per MiB received. The server's own
