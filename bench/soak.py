@@ -28,8 +28,8 @@ the RPs.
 Faults (bench/soak_schedule.py, bench/soak_faults.py), one at a time, each with its window: a
 partition's kube-apiserver SIGKILLed and restarted (each partition once per cycle), an etcd
 restarted, latency and connection resets on a partition link, the system partition unreachable
-for longer than `resource_versions.refresh_seconds`, a worker of replica B SIGKILLed (the
-replica restarted by `ProxyProcess.restart_if_exited`, as a Deployment would), replica B
+for longer than `resource_versions.refresh_seconds`, a worker of replica B SIGKILLed (its
+supervisor replaces it while the other worker serves on, proxy/workers.py), replica B
 restarted (SIGTERM, start), an RP joining and then retiring at runtime, and a burst of writes
 into tp2 until its resourceVersion epoch rolls over.
 

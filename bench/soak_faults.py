@@ -193,25 +193,41 @@ class Faults:
     # -- replicas ----------------------------------------------------------------------------------
 
     async def worker_kill(self, replica: str) -> dict[str, Any]:
-        """SIGKILL one worker of the replica; its supervisor stops the others and exits; the
-        replica is started again by restart_if_exited, as a Deployment would."""
+        """SIGKILL one worker of the replica: its supervisor replaces it (proxy.workers) and the
+        other workers keep serving; healed once a new worker runs and every worker of the
+        replica answers in its /metrics. A replica of one worker has no supervisor: it exits
+        and is started again by restart_if_exited, as a Deployment would."""
         proxy = self.replicas.procs[replica]
         self.replicas.busy.add(replica)
         try:
             assert proxy.popen is not None
-            workers = children(proxy.popen.pid)
-            victim = workers[0] if workers else proxy.popen.pid  # one worker: the replica's process is the worker
+            supervisor = proxy.popen
+            workers = children(supervisor.pid)
             t0 = time.monotonic()
+            deadline = t0 + READY_TIMEOUT
+            if not workers:  # one worker: the replica's process is the worker
+                os.kill(supervisor.pid, signal.SIGKILL)
+                code = None
+                while code is None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.3)
+                    code = await asyncio.to_thread(proxy.restart_if_exited, READY_TIMEOUT)
+                if code is None:
+                    raise RuntimeError(f"replica {replica} still running {READY_TIMEOUT:.0f} s after it was killed")
+                return {"killed_worker_pid": supervisor.pid, "workers_before": 1, "exit_code": code,
+                        "back_s": round(time.monotonic() - t0, 2)}
+            victim = workers[0]
             os.kill(victim, signal.SIGKILL)
-            code = None
-            deadline = time.monotonic() + READY_TIMEOUT
-            while code is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.3)
-                code = await asyncio.to_thread(proxy.restart_if_exited, READY_TIMEOUT)
-            if code is None:
-                raise RuntimeError(f"replica {replica} still running {READY_TIMEOUT:.0f} s after its worker {victim} was killed")
-            return {"killed_worker_pid": victim, "workers_before": len(workers), "exit_code": code,
-                    "back_s": round(time.monotonic() - t0, 2)}
+            while True:
+                if supervisor.poll() is not None:
+                    raise RuntimeError(f"replica {replica} exited ({supervisor.returncode}) when its worker {victim} was killed")
+                now = children(supervisor.pid)
+                if victim not in now and len(now) >= len(workers) and sum((await self._versions(replica)).values()) >= len(workers):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"replica {replica}: worker {victim} not replaced after {READY_TIMEOUT:.0f} s ({now})")
+                await asyncio.sleep(0.2)
+            return {"killed_worker_pid": victim, "workers_before": len(workers),
+                    "replaced_by": sorted(set(now) - set(workers)), "back_s": round(time.monotonic() - t0, 2)}
         finally:
             self.replicas.busy.discard(replica)
 

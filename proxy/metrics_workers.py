@@ -35,9 +35,9 @@ _SOCKET_GLOB = "worker-*.sock"
 Family = list[Any]  # [name, type, documentation, [[sample name, labels, value], ...]]
 
 
-def socket_path(directory: str) -> Path:
-    """This worker's socket in `directory`."""
-    return Path(directory) / f"worker-{os.getpid()}.sock"
+def socket_path(directory: str, pid: int | None = None) -> Path:
+    """The socket in `directory` of the worker with process id `pid` (None: this one)."""
+    return Path(directory) / f"worker-{os.getpid() if pid is None else pid}.sock"
 
 
 def families(metrics: Metrics, caches: Sequence[Any]) -> list[Family]:

@@ -12,10 +12,17 @@ are per worker, as they are per replica; `/debug/caches` and `/readyz` answer fo
 that took the connection. `/metrics` is the aggregate of all workers, merged at scrape time
 (proxy.metrics_workers, over Unix sockets in a directory the supervisor creates and removes).
 
-The supervisor (this module) forwards SIGTERM and SIGINT to every worker and waits for them; a
-worker that exits on its own stops the others and the supervisor exits with its code (the
-container restarts: a replica short of a worker would answer fewer connections than its
-Service expects, unseen). A worker dies with its supervisor (Linux PR_SET_PDEATHSIG), so a
+The supervisor (this module) forwards SIGTERM and SIGINT to every worker and waits for them. A
+worker that exits on its own is replaced by a new one with the same index, as gunicorn's
+arbiter does; only its own connections end, and while it starts again the kernel gives new
+connections to the workers still listening. Replacing only the dead worker keeps the other
+workers' kubelets connected: taking the whole replica down instead (what this supervisor did
+before) made every kubelet of the replica reconnect at once, and in the soak that storm left
+Leases unrenewed for up to 39 s after one worker's SIGKILL (bench/soak.py, 500 kubelets on 2
+cores). A worker that keeps dying is not replaced for ever: past MAX_REPLACEMENTS within
+REPLACEMENT_WINDOW_SECONDS the supervisor stops the others and exits with its code, and the
+container's restart back-off takes over (CrashLoopBackOff). Every replacement is logged with
+the dead worker's exit code. A worker dies with its supervisor (Linux PR_SET_PDEATHSIG), so a
 supervisor killed by SIGKILL leaves no worker holding the port.
 """
 
@@ -34,6 +41,7 @@ import time
 from pathlib import Path
 
 from proxy.metrics import METRICS_DIR_ENV
+from proxy.metrics_workers import socket_path
 
 log = logging.getLogger("partition_proxy.workers")
 
@@ -44,6 +52,12 @@ _POLL_SECONDS = 0.2
 # seconds a worker gets to stop after the supervisor stops it (before SIGKILL): the graceful
 # stop's grace plus slack. proxy.cli passes failure.shutdown_grace_seconds.
 _KILL_SLACK_SECONDS = 5.0
+# workers replaced within REPLACEMENT_WINDOW_SECONDS before the supervisor gives up and exits:
+# a worker that dies at start (bad config read after SIGHUP, port taken, import error) dies
+# again within seconds, and 5 in 60 s is a loop that a new process will not break.
+MAX_REPLACEMENTS = 5
+# seconds: the window MAX_REPLACEMENTS is counted over.
+REPLACEMENT_WINDOW_SECONDS = 60.0
 # prctl(2) option: the signal the kernel sends a process when its parent thread exits.
 _PR_SET_PDEATHSIG = 1
 # cgroup v2 CPU limit of the container (quota and period in microseconds, or "max").
@@ -73,8 +87,9 @@ def _die_with_supervisor() -> None:
 
 def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
     """Start `workers` processes `sys.executable -m proxy.cli <worker_argv>`, supervise them as
-    the module docstring says, and return the exit code: 0 when they stopped on a signal and
-    exited 0, else the code of the first worker that failed."""
+    the module docstring says (a worker that exits on its own is replaced), and return the exit
+    code: 0 when they stopped on a signal and exited 0, else the code of the worker whose death
+    made the supervisor give up (MAX_REPLACEMENTS)."""
     metrics_dir = tempfile.mkdtemp(prefix="partition-proxy-metrics-")
     env = {**os.environ, METRICS_DIR_ENV: metrics_dir}
     procs: list[subprocess.Popen[bytes]] = []
@@ -93,13 +108,17 @@ def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
     def on_hangup(signum: int, frame: object) -> None:  # reload the config: every worker re-reads it
         stop_all(signal.SIGHUP)
 
+    def start(index: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-m", "proxy.cli", *worker_argv], env={**env, WORKER_ENV: str(index)},
+                                preexec_fn=_die_with_supervisor)
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     code = 0
+    replaced: list[float] = []  # monotonic times of the replacements within the window
     try:
         for index in range(workers):
-            procs.append(subprocess.Popen([sys.executable, "-m", "proxy.cli", *worker_argv], env={**env, WORKER_ENV: str(index)},
-                                          preexec_fn=_die_with_supervisor))
+            procs.append(start(index))
         log.info("started %d workers: pids %s", workers, " ".join(str(p.pid) for p in procs))
         ended: set[int] = set()
         stop_deadline = math.inf
@@ -107,17 +126,29 @@ def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
             for index, proc in enumerate(procs):
                 if index in ended or proc.poll() is None:
                     continue
-                ended.add(index)
                 rc = proc.returncode
                 asked = stopping and rc in (0, -signal.SIGTERM, -signal.SIGINT)
-                if not asked and code == 0:
-                    code = rc if rc > 0 else 1
-                if not asked and stopping:
-                    log.error("worker %d (pid %d) exited with %d while stopping", index, proc.pid, rc)
                 if not stopping:
-                    log.error("worker %d (pid %d) exited with %d: stopping the others", index, proc.pid, rc)
+                    now = time.monotonic()
+                    replaced = [t for t in replaced if now - t < REPLACEMENT_WINDOW_SECONDS]
+                    if len(replaced) < MAX_REPLACEMENTS:
+                        replaced.append(now)
+                        _forget_metrics(metrics_dir, proc.pid)
+                        procs[index] = start(index)
+                        if stopping:  # SIGTERM or SIGINT came while it started
+                            procs[index].send_signal(signal.SIGTERM)
+                        log.error("worker %d (pid %d) exited with %d: replaced by pid %d", index, proc.pid, rc,
+                                  procs[index].pid)
+                        continue
+                    log.error("worker %d (pid %d) exited with %d, %d workers died within %.0f s: stopping the others",
+                              index, proc.pid, rc, len(replaced) + 1, REPLACEMENT_WINDOW_SECONDS)
                     stopping = True
                     stop_all()
+                elif not asked:
+                    log.error("worker %d (pid %d) exited with %d while stopping", index, proc.pid, rc)
+                ended.add(index)
+                if not asked and code == 0:
+                    code = rc if rc > 0 else 1
             if stopping and stop_deadline == math.inf:
                 stop_deadline = time.monotonic() + grace + _KILL_SLACK_SECONDS
             elif time.monotonic() > stop_deadline:
@@ -131,3 +162,12 @@ def run_workers(worker_argv: list[str], workers: int, grace: float) -> int:
             signal.signal(sig, handler)
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return code
+
+
+def _forget_metrics(directory: str, pid: int) -> None:
+    """Remove a dead worker's metrics socket (proxy.metrics_workers.socket_path), so scrapes
+    stop asking it. Its counters go with it, which Prometheus reads as a counter reset."""
+    try:
+        socket_path(directory, pid).unlink()
+    except FileNotFoundError:
+        pass

@@ -1,8 +1,8 @@
 """The local federation's processes live and die as a user expects (`make run`, the tests'
 federation, the benches: hack/procs.py).
 
-- `python -m hack.run` (what `make run` starts) restarts the proxy when a worker is SIGKILLed,
-  as a Deployment restarts its pod, and the partitions and the control plane keep running;
+- `python -m hack.run` (what `make run` starts) restarts the proxy when it is SIGKILLed, as a
+  Deployment restarts its pod, and the partitions and the control plane keep running;
 - SIGINT stops every process it started, also when a partition's etcd died first (its
   kube-apiserver then ignores SIGTERM and must be killed);
 - a launcher killed with SIGKILL takes its partitions with it, also those it started from a
@@ -57,7 +57,7 @@ def test_make_run_restarts_a_killed_proxy_and_leaves_nothing_behind(tmp_path: Pa
         workers = children(supervisor[0])
         assert len(workers) == 2
 
-        os.kill(workers[0], signal.SIGKILL)
+        os.kill(supervisor[0], signal.SIGKILL)  # its workers die with it (proxy.workers)
         eventually(lambda: "restarted it on" in out.read_text(), 120, "the proxy restarted")
         kubectl = [find_kubectl(), "--kubeconfig", str(state / "kubeconfigs" / "proxy.yaml")]
         got = subprocess.run([*kubectl, "get", "--raw", "/api/v1/namespaces/kube-system"], capture_output=True, text=True, timeout=60)

@@ -1,6 +1,7 @@
 """`serve --workers 2` on real partitions: both workers take connections on the one port
 (SO_REUSEPORT), `/metrics` from whichever worker answers is the sum of both, SIGTERM stops
-every worker cleanly, and a worker that dies takes the replica down (exit code, no orphan)."""
+every worker cleanly, a worker that dies is replaced while the others keep their connections,
+and one that keeps dying takes the replica down (exit code, no orphan)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from hack.procs import alive, children
 from hack.proxy_process import ProxyProcess
+from proxy.workers import MAX_REPLACEMENTS
 from tests.federation import Kube
 
 _LAST_TEXT: list[str] = []
@@ -72,16 +74,57 @@ def test_sigterm_stops_every_worker(workers_proxy: ProxyProcess) -> None:
     assert not [pid for pid in workers if alive(pid)]
 
 
-def test_a_dead_worker_stops_the_replica(workers_proxy: ProxyProcess) -> None:
+async def test_a_dead_worker_is_replaced_and_the_other_keeps_its_connections(kube: Kube, workers_proxy: ProxyProcess) -> None:
+    """SIGKILL of one worker: the supervisor starts a new one with the same index, the other
+    worker and its open connections live on, and the port answers throughout."""
     assert workers_proxy.popen is not None
     popen = workers_proxy.popen
     workers = children(popen.pid)
-    os.kill(workers[0], signal.SIGKILL)
+    ctx = kube.client_ssl()
+    async with aiohttp.ClientSession() as kept:  # one connection, held across the kill
+        async with kept.get(f"{workers_proxy.server}/api/v1/namespaces", ssl=ctx) as r:
+            assert r.status == 200
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while (set(children(popen.pid)) - set(workers)) == set() or len(children(popen.pid)) < WORKERS:
+            assert popen.poll() is None, "the supervisor exited when one worker died"
+            assert time.monotonic() < deadline, f"no new worker: {children(popen.pid)}"
+            await asyncio.sleep(0.1)
+        assert alive(workers[1]) and not alive(workers[0])
+        assert len(children(popen.pid)) == WORKERS
+        # the connection either was the survivor's and still answers, or the dead worker's
+        # and a new one answers (aiohttp reconnects): the port never refused
+        async with kept.get(f"{workers_proxy.server}/api/v1/namespaces", ssl=ctx) as r:
+            assert r.status == 200
+    assert "replaced by pid" in workers_proxy.log_path.read_text()
+
+
+def test_a_worker_that_keeps_dying_stops_the_replica(workers_proxy: ProxyProcess) -> None:
+    """Past MAX_REPLACEMENTS deaths within the window the supervisor gives up: it stops the
+    other worker and exits non-zero, leaving no worker behind (the container's restart
+    back-off takes over)."""
+    assert workers_proxy.popen is not None
+    popen = workers_proxy.popen
+    seen: set[int] = set(children(popen.pid))
+    first = sorted(seen)
+    victim = first[0]
+    deadline = time.monotonic() + 120
+    for _ in range(MAX_REPLACEMENTS + 1):
+        os.kill(victim, signal.SIGKILL)
+        while popen.poll() is None:
+            assert time.monotonic() < deadline, "the supervisor never gave up"
+            new = set(children(popen.pid)) - seen
+            if new:
+                victim = new.pop()
+                seen.add(victim)
+                break
+            time.sleep(0.05)
     assert popen.wait(timeout=30) != 0
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+    end = time.monotonic() + 10
+    while any(alive(pid) for pid in seen) and time.monotonic() < end:
         time.sleep(0.1)
-    assert not [pid for pid in workers if alive(pid)]
+    assert not [pid for pid in seen if alive(pid)]
+    assert "stopping the others" in workers_proxy.log_path.read_text()
 
 
 async def test_sighup_reloads_the_partition_set_in_every_worker_and_stops_none(kube: Kube, workers_proxy: ProxyProcess) -> None:
@@ -125,13 +168,14 @@ def test_a_killed_supervisor_leaves_no_worker(workers_proxy: ProxyProcess) -> No
     assert not [pid for pid in workers if alive(pid)]
 
 
-async def test_a_replica_whose_worker_died_is_restarted_on_its_port(kube: Kube, workers_proxy: ProxyProcess) -> None:
+async def test_a_replica_that_died_is_restarted_on_its_port(kube: Kube, workers_proxy: ProxyProcess) -> None:
     """`ProxyProcess.restart_if_exited` (what `make run` and the soak do, as a Deployment
-    restarts its pod): the replica a dead worker took down serves again on the same port."""
+    restarts its pod): a replica whose supervisor was killed (its workers die with it) serves
+    again on the same port."""
     assert workers_proxy.popen is not None
     first = workers_proxy.popen
     assert workers_proxy.restart_if_exited() is None
-    os.kill(children(first.pid)[0], signal.SIGKILL)
+    first.kill()
     first.wait(timeout=30)
     code = await asyncio.to_thread(workers_proxy.restart_if_exited, 120)
     assert code not in (None, 0)
