@@ -638,14 +638,15 @@ def report(run: Run, *, archive: EpochArchive, faults: Faults, replicas: Replica
     growth = {
         "rss": checks.check_growth([(s.t, s.rss_bytes) for s in a_procs], warmup_s=rss_from, limit=GROWTH_LIMIT,
                                    min_span_s=MIN_RSS_SPAN_SECONDS),
-        "fds": checks.check_growth([(s.t, s.fds) for s in a_procs], warmup_s=warmup, limit=GROWTH_LIMIT),
+        "fds": checks.check_growth([(s.t, s.fds) for s in a_procs], warmup_s=warmup, limit=GROWTH_LIMIT, robust=True),
     }
     joined = joined_spans(run.faults, end)
     # tasks follow the partition set (each partition adds its reflectors and client): judged while it is the initial one
     a_metrics = [m for m in sampler.metrics if m.replica == "A" and m.tasks is not None
                  and not any(t0 <= m.t <= t1 for t0, t1 in joined)]
     if a_metrics:
-        growth["tasks"] = checks.check_growth([(m.t, m.tasks or 0.0) for m in a_metrics], warmup_s=warmup, limit=GROWTH_LIMIT)
+        growth["tasks"] = checks.check_growth([(m.t, m.tasks or 0.0) for m in a_metrics], warmup_s=warmup, limit=GROWTH_LIMIT,
+                                              robust=True)
     relists = {r: checks.cumulative([(m.t, m.relists) for m in sampler.metrics if m.replica == r]) for r in world.replicas}
     fleet_incs = [inc for name in sorted({s.fleet for s in sampler.fleet})
                   for inc in checks.increments([(s.t, s.errors) for s in sampler.fleet if s.fleet == name])]

@@ -29,6 +29,7 @@ from bench.soak_checks import (
     fault_report,
     increments,
     least_squares,
+    theil_sen,
 )
 
 P = "tp1"
@@ -235,6 +236,28 @@ def test_5xx_inside_a_window_or_its_slack_are_attributed_others_are_not() -> Non
 def test_least_squares_fits_a_line() -> None:
     slope, intercept = least_squares([(0, 1.0), (1, 3.0), (2, 5.0)])
     assert (round(slope, 9), round(intercept, 9)) == (2.0, 1.0)
+
+
+def test_theil_sen_fits_a_line_and_ignores_a_spike() -> None:
+    slope, intercept = theil_sen([(0, 1.0), (1, 3.0), (2, 5.0)])
+    assert (round(slope, 9), round(intercept, 9)) == (2.0, 1.0)
+    spiked = [(float(t), 10.0) for t in range(20)]
+    spiked[15] = (15.0, 100.0)
+    assert theil_sen(spiked) == (0.0, 10.0)
+
+
+def test_a_fault_spike_passes_and_a_step_that_stays_fails() -> None:
+    """The soak's task count: flat at 197 with a one-sample spike to 287 near the end (a
+    partition restarting) is not a leak; memory that steps up by 10 % and stays is growth."""
+    flat = [(float(t), 197.0) for t in range(150, 900, 5)]
+    spiked = [(t, 287.0 if t == 800.0 else v) for t, v in flat]
+    assert check_growth(spiked, warmup_s=150, limit=0.05, robust=True).passed
+    step = [(t, 200.0 if t < 500 else 220.0) for t, _ in flat]
+    for robust in (True, False):
+        result = check_growth(step, warmup_s=150, limit=0.05, robust=robust)
+        assert not result.passed and result.growth > 0.05, robust
+    late = [(t, 200.0 if t < 750 else 220.0) for t, _ in flat]  # a step in the last fifth
+    assert not check_growth(late, warmup_s=150, limit=0.05).passed
 
 
 def test_a_flat_series_after_the_warmup_passes_and_a_growing_one_fails() -> None:
