@@ -584,18 +584,6 @@ def theil_sen(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return slope, statistics.median(y - slope * x for x, y in points)
 
 
-def after_largest_drop(series: Sequence[tuple[float, float]], *, t_from: float, t_to: float, min_drop: float = 0.02) -> float | None:
-    """The time of the sample right after the largest fall between two consecutive samples of
-    `series` (t, value) inside [t_from, t_to] (a collector's sweep that freed memory), None when
-    no fall there exceeds `min_drop` of the value before it."""
-    best, when = 0.0, None
-    pts = [(t, v) for t, v in series if t_from <= t <= t_to]
-    for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
-        if v0 > 0 and (v0 - v1) / v0 > max(best, min_drop):
-            best, when = (v0 - v1) / v0, t1
-    return when
-
-
 def check_growth(series: Sequence[tuple[float, float]], *, warmup_s: float, limit: float, min_span_s: float = 0.0,
                  robust: bool = False) -> Growth:
     """The series (t seconds, value) after `warmup_s`: its growth over the span along the

@@ -18,7 +18,6 @@ from bench.soak_checks import (
     WatcherLog,
     Window,
     attribute_errors,
-    after_largest_drop,
     attribute_increments,
     class_increments,
     check_growth,
@@ -311,9 +310,3 @@ def test_an_unattributed_failure_of_a_fleet_that_reports_classes_says_what_faile
     result = attribute_increments(incs, windows, slack=3.0)
     assert result.total == 43 and result.unattributed == 3
     assert result.examples == ["3 between t=150.0 and t=151.0: update leases: 503 x2, watch pods: 500 InternalError x1"]
-
-
-def test_the_sweep_is_found_where_the_series_fell_most() -> None:
-    rss = [(float(t), 200.0 + t / 10) for t in range(0, 640, 5)] + [(float(t), 240.0) for t in range(640, 800, 5)]
-    assert after_largest_drop(rss, t_from=580, t_to=700) == 640.0
-    assert after_largest_drop(rss, t_from=660, t_to=800) is None  # flat: nothing fell

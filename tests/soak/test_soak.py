@@ -7,7 +7,7 @@ frees the cyclic garbage among them only every 600 s (proxy/loop_health.py
 FROZEN_SWEEP_SECONDS), so RSS grows until the first sweep by design (replica A's RSS doubled
 in the first 10 minutes of a 500-kubelet run with a fault every 35 s; in a 15-minute run it
 dropped 40-50 s after the unfreeze and stayed within 3 % after it); the soak judges RSS from
-where it fell, over at least 3 minutes, so the run lasts 15.
+90 s after the unfreeze, over at least 3 minutes, so the run lasts 15.
 
 500 kubelets, not the hour's 1,000: on this 2-core machine 1,000 kubelets with everything else
 of the soak (4 kube-apiservers and etcds, two replicas, toxiproxy, schedulers, controller
