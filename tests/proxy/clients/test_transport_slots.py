@@ -156,3 +156,24 @@ async def test_closing_the_endpoint_fails_the_requests_waiting_for_a_slot(aiohtt
     for task in held:  # their connections were closed under them
         with pytest.raises(transport.TransportError):
             await task
+
+
+async def test_the_idle_connections_of_a_burst_close_after_idle_seconds_while_one_stays_in_use(
+        aiohttp_server: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a burst, steady traffic reuses the most recent idle connection; the others close
+    IDLE_SECONDS after their last answer, not when the partition gets round to it."""
+    monkeypatch.setattr(transport, "IDLE_SECONDS", 0.4)
+    peer, endpoint = await start(aiohttp_server)
+    try:
+        held = await fill_the_slots(peer, endpoint)
+        peer.gate.set()
+        await asyncio.gather(*held)
+        assert endpoint.connections == SLOTS
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 1.2
+        while loop.time() < end:  # one request at a time: one connection is enough
+            assert await get(endpoint, "/steady") == b"/steady"
+            await asyncio.sleep(0.05)
+        assert endpoint.connections == 1
+    finally:
+        endpoint.close()
