@@ -64,6 +64,7 @@ import signal
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -866,6 +867,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc.update(asyncio.run(soak(p, world)))
     except KeyboardInterrupt:
         interrupted = True
+    except Exception as exc:  # the report still prints: it says what broke, and the test shows it
+        log("the soak broke:\n" + traceback.format_exc())
+        doc["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -904,7 +908,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def verdict(doc: Mapping[str, Any]) -> str:
     """One line: passed, or which checkers failed (and which could not judge)."""
     if "checks" not in doc:
-        return "the soak did not finish"
+        return f"the soak did not finish: {doc.get('error', 'no checks')}"
     c = doc["checks"]
     failed = [row["watcher"] for row in c["history"] if not row["passed"]]
     failed += [k for k, v in c.items() if isinstance(v, dict) and v.get("passed") is False]

@@ -52,6 +52,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                               timeout=TIMEOUT)
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
     assert done.returncode in (0, 1), f"the soak did not run (exit {done.returncode}):\n{tail}"
+    assert done.stdout.strip(), f"the soak printed no report (exit {done.returncode}):\n{tail}"
     doc: dict[str, Any] = json.loads(done.stdout)
     return doc
 
