@@ -30,7 +30,8 @@ partition's kube-apiserver SIGKILLed and restarted (each partition once per cycl
 restarted, latency and connection resets on a partition link, the system partition unreachable
 for longer than `resource_versions.refresh_seconds`, a worker of replica B SIGKILLed (its
 supervisor replaces it while the other worker serves on, proxy/workers.py), replica B
-restarted (SIGTERM, start), an RP joining and then retiring at runtime, and a burst of writes
+rolled as the chart's rolling update does it (a new process ready on its port, then SIGTERM to
+the old one), an RP joining and then retiring at runtime, and a burst of writes
 into tp2 until its resourceVersion epoch rolls over.
 
 Checkers (bench/soak_checks.py): per object, every recorder through a replica against the

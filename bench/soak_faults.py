@@ -232,14 +232,15 @@ class Faults:
             self.replicas.busy.discard(replica)
 
     async def rolling_restart(self, replica: str) -> dict[str, Any]:
-        """SIGTERM the replica (it ends every watch cleanly), then start it again."""
+        """What the chart's rolling update does to one replica (maxSurge 1, maxUnavailable 0):
+        a new process on the same port becomes ready beside the old one, then the old one gets
+        SIGTERM (it ends every watch cleanly) and its clients reconnect to the new one, as they
+        would through the Service (ProxyProcess.roll)."""
         proxy = self.replicas.procs[replica]
         self.replicas.busy.add(replica)
         try:
             t0 = time.monotonic()
-            await asyncio.to_thread(proxy.stop)
-            t_stop = time.monotonic() - t0
-            await asyncio.to_thread(proxy.start, READY_TIMEOUT)
+            t_stop = await asyncio.to_thread(proxy.roll, READY_TIMEOUT)
             return {"stop_s": round(t_stop, 2), "back_s": round(time.monotonic() - t0, 2)}
         finally:
             self.replicas.busy.discard(replica)

@@ -300,3 +300,52 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != b"Z"
+
+
+# /proc/net/tcp states (include/net/tcp_states.h)
+_TCP_ESTABLISHED, _TCP_LISTEN = "01", "0A"
+
+
+def _tcp_inodes(local_port: int, *, state: str, remote_port: int | None = None) -> set[int]:
+    """Socket inodes of loopback TCP sockets (IPv4 and IPv6) bound to `local_port` in `state`,
+    and connected to `remote_port` when given (/proc/net/tcp, proc(5))."""
+    found: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != state or int(fields[1].rsplit(":", 1)[1], 16) != local_port:
+                continue
+            if remote_port is not None and int(fields[2].rsplit(":", 1)[1], 16) != remote_port:
+                continue
+            found.add(int(fields[9]))
+    return found
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets among `pid`'s open files (empty when it ended)."""
+    out: set[int] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    out.add(int(link[8:-1]))
+    return out
+
+
+def listening(pids: Sequence[int], port: int) -> set[int]:
+    """Those of `pids` that hold a listening socket on `port` (several do with SO_REUSEPORT)."""
+    inodes = _tcp_inodes(port, state=_TCP_LISTEN)
+    return {pid for pid in pids if _socket_inodes(pid) & inodes}
+
+
+def serving(pids: Sequence[int], port: int, client_port: int) -> int | None:
+    """Which of `pids` holds the server side of the connection from `client_port` to `port`:
+    with SO_REUSEPORT the kernel picks the listener, so the client cannot know; None when none
+    of them does."""
+    inodes = _tcp_inodes(port, state=_TCP_ESTABLISHED, remote_port=client_port)
+    return next((pid for pid in pids if _socket_inodes(pid) & inodes), None)

@@ -21,7 +21,7 @@ import yaml
 
 from hack.federation import Federation, _free_ports
 from hack.openssl import proxy_env
-from hack.procs import FederationError, spawn, stop_process, tail
+from hack.procs import FederationError, children, serving, spawn, stop_process, tail
 
 REPO = Path(__file__).resolve().parent.parent
 # seconds the proxy gets between SIGTERM and SIGKILL: its graceful stop
@@ -129,16 +129,19 @@ class ProxyProcess:
         finally:
             conn.close()
 
-    def start(self, timeout: float = 60.0) -> ProxyProcess:
-        """Start the proxy (it dies with this process) and wait (seconds) for its /readyz.
-        Raises FederationError."""
+    def _argv(self) -> list[str]:
         exe = Path(sys.executable).parent / "partition-proxy"
         argv = [str(exe), "serve", "--config", str(self.config_path)]
         if self.workers is not None:
             argv += ["--workers", str(self.workers)]
         if self.event_loop is not None:
             argv += ["--event-loop", self.event_loop]
-        self.popen = spawn(argv, log=self.log_path, cwd=REPO, env=self.env)
+        return argv
+
+    def start(self, timeout: float = 60.0) -> ProxyProcess:
+        """Start the proxy (it dies with this process) and wait (seconds) for its /readyz.
+        Raises FederationError."""
+        self.popen = spawn(self._argv(), log=self.log_path, cwd=REPO, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
@@ -160,6 +163,59 @@ class ProxyProcess:
         code = self.popen.returncode
         self.start(timeout)
         return code
+
+    def roll(self, timeout: float = 60.0) -> float:
+        """What the chart's rolling update does (maxSurge 1, maxUnavailable 0: a new replica is
+        ready before the old one stops): start a new process on the same port and config beside
+        the running one (its workers listen with SO_REUSEPORT too), wait (seconds) until each of
+        its workers has answered /readyz with 200 on a connection the kernel gave that worker,
+        then stop the old process; its clients reconnect to the port and reach the new workers.
+        Needs `workers` >= 2 (one worker does not set SO_REUSEPORT). Returns the seconds the old
+        process took to stop. Raises FederationError when the new one is not ready in time (it
+        is stopped; the old one keeps serving)."""
+        wanted = self.workers or 0
+        if self.popen is None or self.popen.poll() is not None or wanted < 2:
+            raise FederationError("roll needs a running proxy with at least 2 workers")
+        new = spawn(self._argv(), log=self.log_path, cwd=REPO, env=self.env)
+        ready: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while True:
+            if new.poll() is not None:
+                raise FederationError(f"the new partition-proxy exited with {new.returncode}:\n{tail(self.log_path)}")
+            workers = children(new.pid)
+            if len(workers) >= wanted and ready >= set(workers):
+                break
+            if time.monotonic() > deadline:
+                stop_process(new, grace=_STOP_GRACE_SECONDS)
+                raise FederationError(f"the new partition-proxy not ready after {timeout:.0f} s "
+                                      f"(ready workers {sorted(ready)} of {workers}):\n{tail(self.log_path)}")
+            worker = self._ready_worker(workers)
+            if worker is None or worker in ready:
+                time.sleep(0.1)
+            else:
+                ready.add(worker)
+        old, self.popen = self.popen, new
+        t0 = time.monotonic()
+        stop_process(old, grace=_STOP_GRACE_SECONDS)
+        return time.monotonic() - t0
+
+    def _ready_worker(self, workers: Sequence[int]) -> int | None:
+        """Open a connection to the port; if one of `workers` accepted it, that worker when its
+        /readyz answers 200 on it, else None."""
+        ctx = ssl.create_default_context(cafile=str(self.fed.ca_file))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=5)
+        try:
+            conn.connect()
+            assert conn.sock is not None
+            worker = serving(workers, self.port, conn.sock.getsockname()[1])
+            if worker is None:
+                return None
+            conn.request("GET", "/readyz")
+            return worker if conn.getresponse().status == 200 else None
+        except OSError:
+            return None
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         """SIGTERM, up to 10 s, then SIGKILL. Idempotent."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from hack.procs import alive, children
+from hack.procs import alive, children, listening
 from hack.proxy_process import ProxyProcess
 from proxy.workers import MAX_REPLACEMENTS
 from tests.federation import Kube
@@ -141,9 +141,15 @@ async def test_sighup_reloads_the_partition_set_in_every_worker_and_stops_none(k
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith('partition_proxy_partition_set_reloads_total{result="unchanged"}'))
 
+    # /readyz answered by one worker: the other may still be loading; a hang-up then is a
+    # reload once it has started (proxy.cli.run_proxy), but the count below waits for both
+    deadline = time.monotonic() + 60
+    while listening(workers, workers_proxy.port) != set(workers):
+        assert time.monotonic() < deadline, f"workers {workers} never all listened"
+        await asyncio.sleep(0.1)
     before = await reloads()
     workers_proxy.popen.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while await reloads() < before + WORKERS:
         assert time.monotonic() < deadline, "not every worker re-read the config"
         await asyncio.sleep(0.2)
@@ -151,6 +157,32 @@ async def test_sighup_reloads_the_partition_set_in_every_worker_and_stops_none(k
     async with aiohttp.ClientSession() as s:
         async with s.get(f"{workers_proxy.server}/api/v1/namespaces", ssl=ctx) as r:
             assert r.status == 200
+
+
+async def test_a_roll_starts_the_new_replica_before_the_old_one_stops(kube: Kube, workers_proxy: ProxyProcess) -> None:
+    """ProxyProcess.roll, the soak's rolling restart as the chart's maxSurge 1 / maxUnavailable
+    0 does it: the new process's workers share the port and are ready before the old process
+    stops, so a client making a request on a new connection every 50 ms is never refused."""
+    assert workers_proxy.popen is not None
+    old = workers_proxy.popen
+    old_workers = children(old.pid)
+    ctx = kube.client_ssl()
+    statuses: list[int | str] = []
+    rolling = asyncio.ensure_future(asyncio.to_thread(workers_proxy.roll, 120))
+    while not rolling.done():
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+            try:
+                async with s.get(f"{workers_proxy.server}/api/v1/namespaces", ssl=ctx) as r:
+                    statuses.append(r.status)
+            except aiohttp.ClientError as exc:
+                statuses.append(type(exc).__name__)
+        await asyncio.sleep(0.05)
+    await rolling
+    assert workers_proxy.popen is not old and old.poll() is not None
+    assert not [pid for pid in old_workers if alive(pid)]
+    new_workers = children(workers_proxy.popen.pid)
+    assert len(new_workers) == WORKERS and listening(new_workers, workers_proxy.port) == set(new_workers)
+    assert statuses and all(code == 200 for code in statuses), statuses
 
 
 def test_a_killed_supervisor_leaves_no_worker(workers_proxy: ProxyProcess) -> None:
