@@ -47,7 +47,7 @@ TABLE = ("kube-system", "partition-proxy-resource-versions")  # the proxy's defa
 METRICS_WANTED = (
     "partition_proxy_inflight_requests", "partition_proxy_requests_total", "partition_proxy_watch_cache_relists",
     "process_open_fds", "process_resident_memory_bytes", "partition_proxy_asyncio_tasks",
-    "partition_proxy_partition_set_info",
+    "partition_proxy_partition_set_info", "partition_proxy_partition_connections",
 )
 
 
@@ -453,6 +453,7 @@ class MetricsSample:
     relists: float  # partition_proxy_watch_cache_relists summed over caches and partitions
     tasks: float | None  # partition_proxy_asyncio_tasks (None: not exported)
     open_fds: float
+    idle_partition_connections: float  # partition_proxy_partition_connections{state="idle"}, every partition's
 
 
 def metrics_sample(t: float, replica: str, text: str) -> MetricsSample:
@@ -471,6 +472,7 @@ def metrics_sample(t: float, replica: str, text: str) -> MetricsSample:
         relists=total("partition_proxy_watch_cache_relists"),
         tasks=sum(tasks) if tasks else None,
         open_fds=total("process_open_fds"),
+        idle_partition_connections=total("partition_proxy_partition_connections", lambda lb: lb.get("state") == "idle"),
     )
 
 

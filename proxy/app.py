@@ -309,12 +309,16 @@ def _read_health(ctx: ProxyContext, metrics: Metrics) -> None:
     alive, at scrape time (on the event loop)."""
     for name, client in ctx.clients.items():
         metrics.partition_available.labels(name).set(0 if client.is_marked_down else 1)
-    # A retired partition's client is closed and gone: its sample goes too, or its last value
+        idle = client.idle_connections
+        metrics.partition_connections.labels(name, "idle").set(idle)
+        metrics.partition_connections.labels(name, "busy").set(client.connections - idle)
+    # A retired partition's client is closed and gone: its samples go too, or its last value
     # (0 if it was down when it retired) would fire PartitionProxyPartitionDown for good.
-    for family in metrics.partition_available.collect():
-        for sample in family.samples:
-            if sample.labels["partition"] not in ctx.clients:
-                metrics.partition_available.remove(sample.labels["partition"])
+    for gauge in (metrics.partition_available, metrics.partition_connections):
+        for family in gauge.collect():
+            for sample in family.samples:
+                if sample.labels["partition"] not in ctx.clients:
+                    gauge.remove(*sample.labels.values())  # in the order of the gauge's label names
     read_at = ctx.rv.read_at
     metrics.table_age.set(time.monotonic() - read_at if read_at else float("inf"))
     with contextlib.suppress(RuntimeError):  # no running loop: called outside one (a unit test)

@@ -32,6 +32,9 @@ partition_proxy_watchers_behind_total{cache}: cache watchers closed (410 Expired
   client did not read its events as fast as they came (the watcher's bounded queue filled).
 partition_proxy_partition_available{partition}: 1 while the proxy sends the partition requests,
   0 while its circuit breaker holds it marked down (requests it owns get 503 at once).
+partition_proxy_partition_connections{partition, state}: connections open to a partition now,
+  `idle` (pooled, waiting for a request; at most 64 per endpoint, closed 60 s after their last
+  answer: proxy.clients.transport) or `busy` (a request, an answer or a watch on it).
 partition_proxy_resource_version_table_age_seconds: seconds since the resourceVersion table was
   last read from the system partition (it is read every `refresh_seconds`; RVs of merged
   resources need it).
@@ -187,6 +190,7 @@ class Metrics:
     definitions_differing: Gauge
     watchers_behind: Counter
     partition_available: Gauge
+    partition_connections: Gauge
     table_age: Gauge
     tasks: Gauge
     # with `serve --workers N`: the directory of every worker's metrics socket
@@ -322,6 +326,12 @@ class Metrics:
                 "partition_proxy_partition_available",
                 "1 while the proxy sends the partition requests, 0 while its circuit breaker holds it marked down.",
                 ("partition",),
+                registry=registry,
+            ),
+            partition_connections=Gauge(
+                "partition_proxy_partition_connections",
+                "Connections open to a partition now: idle (pooled) or busy (a request, an answer or a watch).",
+                ("partition", "state"),
                 registry=registry,
             ),
             tasks=Gauge(

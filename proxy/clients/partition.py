@@ -243,6 +243,11 @@ class PartitionClient:
         """Connections open to the partition now, every endpoint's."""
         return sum(t.connections for t in self._transports)
 
+    @property
+    def idle_connections(self) -> int:
+        """Of those, the ones waiting for their next request, every endpoint's."""
+        return sum(t.idle_connections for t in self._transports)
+
     def retry_after(self) -> int:
         return self.breaker.retry_after()
 

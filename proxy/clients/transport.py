@@ -427,6 +427,11 @@ class Endpoint:
         return len(self._open)
 
     @property
+    def idle_connections(self) -> int:
+        """Connections open now waiting for their next request (at most MAX_IDLE_PER_ENDPOINT)."""
+        return len(self._idle)
+
+    @property
     def waiting(self) -> int:
         """Requests waiting for a slot now."""
         return sum(not waiter.done() for waiter in self._waiting)

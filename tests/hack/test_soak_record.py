@@ -4,6 +4,8 @@ samples. No federation: RVs are made with routing.rv as the proxy makes them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.soak_checks import LISTED
 from bench.soak_record import Clock, Decoder, RawSegment, Recorder, metrics_sample, native_log, parse_time, proxy_log
 from routing import rv as rvcodec
@@ -65,12 +67,37 @@ partition_proxy_watch_cache_relists{cache="nodes",partition="rp1"} 2.0
 partition_proxy_watch_cache_relists{cache="node-leases",partition="rp1"} 1.0
 partition_proxy_asyncio_tasks 190.0
 process_open_fds 512.0
+partition_proxy_partition_connections{partition="rp1",state="idle"} 40.0
+partition_proxy_partition_connections{partition="rp1",state="busy"} 9.0
+partition_proxy_partition_connections{partition="tp1",state="idle"} 3.0
 """
     m = metrics_sample(5.0, "A", text)
-    assert (m.inflight_long_running, m.inflight_other, m.server_errors, m.requests, m.relists, m.tasks, m.open_fds) == (
-        664.0, 2.0, 3.0, 13.0, 3.0, 190.0, 512.0)
+    assert (m.inflight_long_running, m.inflight_other, m.server_errors, m.requests, m.relists, m.tasks, m.open_fds,
+            m.idle_partition_connections) == (664.0, 2.0, 3.0, 13.0, 3.0, 190.0, 512.0, 43.0)
     assert metrics_sample(5.0, "A", "process_open_fds 1.0\n").tasks is None
 
 
 def test_parse_time_reads_kubernetes_micro_time() -> None:
     assert parse_time("2026-11-26T05:00:00.500000Z") == parse_time("2026-11-26T05:00:00Z") + 0.5
+
+
+def test_the_open_files_judged_leave_out_the_idle_pool_but_not_a_leak() -> None:
+    from types import SimpleNamespace
+
+    from bench.soak import fds_less_idle_pool
+    from bench.soak_checks import check_growth
+
+    def sample(t: float, fds: float, idle: float) -> Any:
+        return SimpleNamespace(t=t, replica="A", open_fds=fds, idle_partition_connections=idle)
+
+    procs = [SimpleNamespace(t=float(t)) for t in range(0, 901, 5)]
+    def idle(t: float) -> float:  # after each fault on an RP the kubelets renew in phase: the pool steps up
+        return 10 + sum(step for at, step in ((350, 20), (460, 15), (800, 20)) if t > at)
+
+    pool = [sample(t, 490 + idle(t), idle(t)) for t in range(0, 901, 5)]
+    leak = [sample(t, 500 + t / 10, 10) for t in range(0, 901, 5)]  # 1 fd every 10 s, the pool flat
+    others = [SimpleNamespace(t=5.0, replica="B", open_fds=9999.0, idle_partition_connections=0.0)]
+    assert check_growth([(s.t, s.open_fds) for s in pool], warmup_s=150, limit=0.05, robust=True).passed is False
+    assert check_growth(fds_less_idle_pool([*pool, *others], procs), warmup_s=150, limit=0.05, robust=True).passed
+    assert not check_growth(fds_less_idle_pool(leak, procs), warmup_s=150, limit=0.05, robust=True).passed
+    assert fds_less_idle_pool(pool, procs[:10])[-1][0] == 45.0  # only while the longest-lived process ran

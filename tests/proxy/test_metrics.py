@@ -116,7 +116,8 @@ async def test_a_scrape_asks_the_other_workers_over_their_sockets_and_leaves_out
 
 def test_a_retired_partition_leaves_partition_available_instead_of_staying_down_for_good() -> None:
     metrics = Metrics.create()
-    clients = {"tp1": SimpleNamespace(is_marked_down=False), "rp3": SimpleNamespace(is_marked_down=True)}
+    clients = {"tp1": SimpleNamespace(is_marked_down=False, connections=3, idle_connections=2),
+               "rp3": SimpleNamespace(is_marked_down=True, connections=0, idle_connections=0)}
     ctx = SimpleNamespace(clients=clients, rv=SimpleNamespace(read_at=1.0))
     _read_health(ctx, metrics)  # type: ignore[arg-type]
     assert _sample(metrics, "partition_proxy_partition_available", partition="rp3") == 0
@@ -125,3 +126,12 @@ def test_a_retired_partition_leaves_partition_available_instead_of_staying_down_
     _read_health(ctx, metrics)  # type: ignore[arg-type]
     assert _sample(metrics, "partition_proxy_partition_available", partition="rp3") is None
     assert _sample(metrics, "partition_proxy_partition_available", partition="tp1") == 1
+    assert _sample(metrics, "partition_proxy_partition_connections", partition="rp3", state="idle") is None
+
+
+def test_connections_to_each_partition_are_counted_idle_and_busy() -> None:
+    metrics = Metrics.create()
+    clients = {"tp1": SimpleNamespace(is_marked_down=False, connections=5, idle_connections=2)}
+    _read_health(SimpleNamespace(clients=clients, rv=SimpleNamespace(read_at=1.0)), metrics)  # type: ignore[arg-type]
+    assert _sample(metrics, "partition_proxy_partition_connections", partition="tp1", state="idle") == 2
+    assert _sample(metrics, "partition_proxy_partition_connections", partition="tp1", state="busy") == 3

@@ -168,12 +168,12 @@ async def test_the_idle_connections_of_a_burst_close_after_idle_seconds_while_on
         held = await fill_the_slots(peer, endpoint)
         peer.gate.set()
         await asyncio.gather(*held)
-        assert endpoint.connections == SLOTS
+        assert endpoint.connections == endpoint.idle_connections == SLOTS
         loop = asyncio.get_running_loop()
         end = loop.time() + 1.2
         while loop.time() < end:  # one request at a time: one connection is enough
             assert await get(endpoint, "/steady") == b"/steady"
             await asyncio.sleep(0.05)
-        assert endpoint.connections == 1
+        assert endpoint.connections == endpoint.idle_connections == 1
     finally:
         endpoint.close()
