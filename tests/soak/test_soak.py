@@ -9,12 +9,18 @@ in the first 10 minutes of a 500-kubelet run with a fault every 35 s; in a 15-mi
 dropped 40-50 s after the unfreeze and stayed within 3 % after it); the soak judges RSS from
 90 s after the unfreeze, over at least 3 minutes, so the run lasts 15.
 
-500 kubelets, not the hour's 1,000: on this 2-core machine 1,000 kubelets with everything else
+400 kubelets, not the hour's 1,000: on this 2-core machine 1,000 kubelets with everything else
 of the soak (4 kube-apiservers and etcds, two replicas, toxiproxy, schedulers, controller
 managers, kwok, the recorders) keep both cores busy the whole run (0 % idle, load average 8 in
 a 4-minute run with 1,000), so the checkers with time bounds (Leases renewed within 40 s, 5xx
 within the breaker's open time + 2 s of a fault, pods Running within 2 minutes) would judge the
-machine, not the proxy. 500 kubelets leave headroom for the faults' restarts.
+machine, not the proxy. 500 left headroom for every fault but replica B's rolling restart:
+its 250 kubelets reconnect to the new process at once, and that storm, on the cores everything
+else shares, kept heartbeats unanswered for up to ~20 s after the roll (the CI pre-check of
+3ece7b5: every kubelet's watches open again 31.9 s after it, the fleet's oldest renewal 39.1 s,
+60 kubelet requests failed 1-8 s past the slack; a run here of the same code: 17.7 s, 0 past
+it). 400 kubelets make that storm 200. What a storm costs the proxy is bench/fleet.py's to
+measure (issue 28), on a machine whose cores it does not share.
 
 A missing real component fails the test (the soak exits 2), it never skips.
 """
@@ -33,7 +39,7 @@ from bench import soak
 from bench import soak_schedule as schedule
 
 MINUTES = 15
-KUBELETS = 500
+KUBELETS = 400
 # seconds: set-up (about 1 minute), the run, the end's catch-up and checks, teardown
 TIMEOUT = 60 * (MINUTES + 12)
 REPO = Path(__file__).resolve().parents[2]
