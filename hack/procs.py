@@ -6,8 +6,10 @@ Owns: `spawn` (own session, stdin closed, stdout and stderr into one log file, L
 PR_SET_PDEATHSIG so the kernel SIGKILLs the child when its launcher dies, even by SIGKILL or a
 test timeout), `stop_process` (SIGTERM to the process group, a grace period, then SIGKILL:
 a kube-apiserver whose etcd is gone ignores SIGTERM), `ProcessGroup` (processes started one by
-one, readiness polling, stopped in reverse order) and resident memory. Does not own: what the
-processes are (hack/federation.py, hack/controlplane.py, hack/proxy_process.py).
+one, readiness polling, stopped in reverse order), resident memory, and which of some
+processes holds a socket on a port (`listening`, `serving`: with SO_REUSEPORT the kernel picks
+the listener, so only /proc can tell). Does not own: what the processes are
+(hack/federation.py, hack/controlplane.py, hack/proxy_process.py).
 """
 
 from __future__ import annotations
