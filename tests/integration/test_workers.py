@@ -1,7 +1,9 @@
 """`serve --workers 2` on real partitions: both workers take connections on the one port
 (SO_REUSEPORT), `/metrics` from whichever worker answers is the sum of both, SIGTERM stops
 every worker cleanly, a worker that dies is replaced while the others keep their connections,
-and one that keeps dying takes the replica down (exit code, no orphan)."""
+one that keeps dying takes the replica down (exit code, no orphan), and a roll (a new process
+ready on the port before the old one stops, hack.proxy_process.ProxyProcess.roll) refuses no
+connection."""
 
 from __future__ import annotations
 
