@@ -91,6 +91,7 @@ from bench.common import (
 )
 from bench.density import GoClients, Http, parse_metrics, proxy_watch_counts, watch_counts
 from hack.federation import PROXY_ADMINS_GROUP, Federation
+from hack.procs import TCP_ESTABLISHED, TcpSocket, read_sockets, socket_inodes
 from hack.proxy_process import ProxyProcess
 
 NAME = "fleet"
@@ -128,7 +129,6 @@ CACHE_TIMEOUT_SECONDS = 300.0  # for the proxy's caches to hold every node and L
 FLEET_STOP_TIMEOUT_SECONDS = 60.0  # for the fleet's report after SIGTERM
 TWIN_TIMEOUT_SECONDS = 10.0  # for a cache's protobuf twin to answer (a path no cache serves answers protobuf at once)
 POLL_SECONDS = 0.5
-TCP_ESTABLISHED = 1  # /proc/net/tcp st field: TCP_ESTABLISHED
 
 
 class Refused(Exception):
@@ -234,30 +234,6 @@ def raise_nofile_to(want: int) -> tuple[int, int]:
 # -- figures from /proc and /metrics (pure parts first) -------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class TcpSocket:
-    """One line of /proc/net/tcp: ports, state (1: ESTABLISHED) and the socket's inode."""
-
-    local_port: int
-    remote_port: int
-    state: int
-    inode: int
-
-
-def parse_proc_net_tcp(text: str) -> list[TcpSocket]:
-    """The sockets of a /proc/net/tcp or tcp6 text (header line skipped). Addresses are
-    `HEXIP:HEXPORT`; `st` is the state in hex; the inode is the 10th field."""
-    out = []
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 10:
-            continue
-        local, remote = fields[1], fields[2]
-        out.append(TcpSocket(local_port=int(local.rsplit(":", 1)[1], 16), remote_port=int(remote.rsplit(":", 1)[1], 16),
-                             state=int(fields[3], 16), inode=int(fields[9])))
-    return out
-
-
 def count_established(sockets: Iterable[TcpSocket], *, local_port: int | None = None, remote_port: int | None = None,
                       inodes: set[int] | None = None) -> int:
     """ESTABLISHED sockets with the given local port, remote port and owner (inode set)."""
@@ -303,28 +279,6 @@ def median(values: Sequence[float]) -> float:
 
 
 # -- process and socket readings (I/O) ------------------------------------------------------
-
-
-def read_sockets() -> list[TcpSocket]:
-    """Every TCP socket of this network namespace (IPv4 and IPv6 tables)."""
-    out = []
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError):
-            out += parse_proc_net_tcp(Path(name).read_text())
-    return out
-
-
-def socket_inodes(pid: int) -> set[int]:
-    """Inodes of the sockets `pid` holds open (its /proc/<pid>/fd links `socket:[inode]`)."""
-    out = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    with contextlib.suppress(OSError):
-        for fd in os.listdir(fd_dir):
-            with contextlib.suppress(OSError):
-                link = os.readlink(fd_dir / fd)
-                if link.startswith("socket:["):
-                    out.add(int(link[8:-1]))
-    return out
 
 
 def rss_median(pid: int) -> int:

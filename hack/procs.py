@@ -304,36 +304,54 @@ def alive(pid: int) -> bool:
     return state != b"Z"
 
 
-# /proc/net/tcp states (include/net/tcp_states.h)
-_TCP_ESTABLISHED, _TCP_LISTEN = "01", "0A"
+# /proc/net/tcp `st` field (include/net/tcp_states.h)
+TCP_ESTABLISHED = 0x01
+TCP_LISTEN = 0x0A
 
 
-def _tcp_inodes(local_port: int, *, state: str, remote_port: int | None = None) -> set[int]:
-    """Socket inodes of loopback TCP sockets (IPv4 and IPv6) bound to `local_port` in `state`,
-    and connected to `remote_port` when given (/proc/net/tcp, proc(5))."""
-    found: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
+@dataclass(frozen=True, slots=True)
+class TcpSocket:
+    """One line of /proc/net/tcp: ports, state (TCP_ESTABLISHED, TCP_LISTEN, ...) and the
+    socket's inode."""
+
+    local_port: int
+    remote_port: int
+    state: int
+    inode: int
+
+
+def parse_proc_net_tcp(text: str) -> list[TcpSocket]:
+    """The sockets of a /proc/net/tcp or tcp6 text (header line skipped). Addresses are
+    `HEXIP:HEXPORT`; `st` is the state in hex; the inode is the 10th field (proc(5))."""
+    out = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10:
             continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] != state or int(fields[1].rsplit(":", 1)[1], 16) != local_port:
-                continue
-            if remote_port is not None and int(fields[2].rsplit(":", 1)[1], 16) != remote_port:
-                continue
-            found.add(int(fields[9]))
-    return found
+        local, remote = fields[1], fields[2]
+        out.append(TcpSocket(local_port=int(local.rsplit(":", 1)[1], 16), remote_port=int(remote.rsplit(":", 1)[1], 16),
+                             state=int(fields[3], 16), inode=int(fields[9])))
+    return out
 
 
-def _socket_inodes(pid: int) -> set[int]:
-    """Inodes of the sockets among `pid`'s open files (empty when it ended)."""
-    out: set[int] = set()
+def read_sockets() -> list[TcpSocket]:
+    """Every TCP socket of this network namespace (IPv4 and IPv6 tables)."""
+    out = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            out += parse_proc_net_tcp(Path(name).read_text())
+    return out
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets `pid` holds open (its /proc/<pid>/fd links `socket:[inode]`;
+    empty when it ended)."""
+    out = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
     with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
+        for fd in os.listdir(fd_dir):
             with contextlib.suppress(OSError):
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                link = os.readlink(fd_dir / fd)
                 if link.startswith("socket:["):
                     out.add(int(link[8:-1]))
     return out
@@ -341,13 +359,14 @@ def _socket_inodes(pid: int) -> set[int]:
 
 def listening(pids: Sequence[int], port: int) -> set[int]:
     """Those of `pids` that hold a listening socket on `port` (several do with SO_REUSEPORT)."""
-    inodes = _tcp_inodes(port, state=_TCP_LISTEN)
-    return {pid for pid in pids if _socket_inodes(pid) & inodes}
+    inodes = {s.inode for s in read_sockets() if s.state == TCP_LISTEN and s.local_port == port}
+    return {pid for pid in pids if socket_inodes(pid) & inodes}
 
 
 def serving(pids: Sequence[int], port: int, client_port: int) -> int | None:
     """Which of `pids` holds the server side of the connection from `client_port` to `port`:
     with SO_REUSEPORT the kernel picks the listener, so the client cannot know; None when none
     of them does."""
-    inodes = _tcp_inodes(port, state=_TCP_ESTABLISHED, remote_port=client_port)
-    return next((pid for pid in pids if _socket_inodes(pid) & inodes), None)
+    inodes = {s.inode for s in read_sockets()
+              if s.state == TCP_ESTABLISHED and s.local_port == port and s.remote_port == client_port}
+    return next((pid for pid in pids if socket_inodes(pid) & inodes), None)

@@ -3,8 +3,8 @@ written in one write, the answer parsed by llhttp (httptools).
 
 Owns, per endpoint: a pool of idle keep-alive connections (TLS, TCP keepalive; the most recent
 reused first, each closed IDLE_SECONDS after its last answer, as Go's `IdleConnTimeout`),
-opening new ones when none is idle, and the wire exchange of one request at a time per connection (no
-pipelining, as Go's net/http and aiohttp). Owns no policy: which endpoint, the circuit breaker,
+opening new ones when none is idle, and the wire exchange of one request at a time per
+connection (no pipelining, as Go's net/http and aiohttp). Owns no policy: which endpoint, the circuit breaker,
 what an error means to the caller, and the request's headers are `proxy.clients.partition`'s.
 
 Slots: requests with a whole answer (everything but streams) hold one of

@@ -13,14 +13,12 @@ from bench.fleet import (
     Params,
     Refused,
     Snapshot,
-    TcpSocket,
     connection_figures,
     count_established,
     counts_delta,
     cpu_us_per_kubelet_second,
     fleet_node_names,
     parse_args,
-    parse_proc_net_tcp,
     partition_figures,
     per_kubelet,
     placement,
@@ -30,6 +28,7 @@ from bench.fleet import (
     validate,
     watch_figures,
 )
+from hack.procs import TcpSocket, parse_proc_net_tcp
 
 # /proc/net/tcp as Linux writes it: a header, then one line per socket (addresses little-endian
 # hex IPv4 and hex port, st in hex, inode the 10th field).
