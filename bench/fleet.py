@@ -205,8 +205,11 @@ def placement(names: Iterable[str]) -> dict[str, list[str]]:
 
 def proxy_extra(kubelets: int) -> dict[str, Any]:
     """Config keys for the proxy of a step: a global cap of long-running requests that N
-    kubelets' watches (and a reconnect storm's) fit under."""
-    return {"failure": {"max_inflight_long_running": max(LONG_RUNNING_FLOOR, LONG_RUNNING_PER_KUBELET * kubelets)}}
+    kubelets' watches (and a reconnect storm's) fit under, and no drain at SIGTERM: the storm
+    measured here is every kubelet of a replica at once, as when no other replica is there to
+    take them one by one (the soak's rolling restart measures the drain)."""
+    return {"failure": {"max_inflight_long_running": max(LONG_RUNNING_FLOOR, LONG_RUNNING_PER_KUBELET * kubelets),
+                        "shutdown_drain_seconds": 0}}
 
 
 def nofile_wanted(kubelets: int) -> int:

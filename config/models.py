@@ -379,7 +379,13 @@ class FailureConfig(_Model):
     max_inflight_long_running: int = Field(default=50_000, ge=1)
     # non-long-running requests one identity may have in flight at once.
     max_inflight_per_identity: int = Field(default=100, ge=1)
-    # seconds; on SIGTERM open watches end cleanly at once and other requests get this long.
+    # seconds; on SIGTERM the client connections are let go one by one over up to this long
+    # (proxy.fronts.drain: their watches end cleanly, then GOAWAY), so the replicas taking them
+    # over get the reconnect storm spread out; 0 lets them all go at once. 10 s spreads 250
+    # connections per worker at the drain's 25 per second and keeps a pod's stop (preStop 5 s +
+    # this + the grace) well inside the chart's 30 s terminationGracePeriodSeconds.
+    shutdown_drain_seconds: float = Field(default=10.0, ge=0)
+    # seconds; after its turn in the drain, a connection's requests in flight get this long.
     shutdown_grace_seconds: float = Field(default=5.0, ge=0)
 
 

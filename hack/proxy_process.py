@@ -25,8 +25,8 @@ from hack.procs import FederationError, children, serving, spawn, stop_process, 
 
 REPO = Path(__file__).resolve().parent.parent
 # seconds the proxy gets between SIGTERM and SIGKILL: its graceful stop
-# (failure.shutdown_grace_seconds, 5 s by default) plus slack.
-_STOP_GRACE_SECONDS = 10.0
+# (failure.shutdown_drain_seconds + failure.shutdown_grace_seconds, 10 + 5 s by default) plus slack.
+_STOP_GRACE_SECONDS = 20.0
 
 
 def tenant_ranges(tenant_partitions: list[str]) -> list[dict[str, str]]:

@@ -7,9 +7,10 @@ task started in one place and given an owner, the listener, and a graceful stop.
                             cache set (a reflector per cache and partition once the table is loaded)
     app.reconfigure(change) a new partition set, without a restart (proxy.partition_set)
     app.listen(...)         serve the pipeline on a TCP port (TLS; HTTP/2 or HTTP/1.1 by ALPN)
-    app.stop(grace)         stop accepting, end every open stream cleanly (clients re-watch on
-                            another replica), give other requests `grace` seconds, cancel and
-                            await every background task, close the clients
+    app.stop(grace, drain)  stop accepting, let the client connections go one by one over up to
+                            `drain` seconds (proxy.fronts.drain: each one's streams end cleanly,
+                            clients re-watch on another replica; its other requests get `grace`
+                            seconds), cancel and await every background task, close the clients
 """
 
 from __future__ import annotations
@@ -283,12 +284,13 @@ class ProxyApp:
         self._servers.append(server)
         return server
 
-    async def stop(self, grace: float) -> None:
-        """Stop as the module docstring says; safe to call once the listener failed too."""
+    async def stop(self, grace: float, drain_seconds: float = 0.0) -> None:
+        """Stop as the module docstring says: no new connections, the open ones let go one by
+        one over up to `drain_seconds` (`proxy.fronts.drain`), each with `grace` seconds for
+        its requests in flight. Safe to call once the listener failed too."""
         for server in self._servers:
             server.close()
-        self.ctx.streams.end_all()
-        await self.listener.shutdown(grace)
+        await self.listener.shutdown(grace, streams=self.ctx.streams, drain_seconds=drain_seconds)
         for server in self._servers:
             await server.wait_closed()
         await self.ctx.cache_set.stop()

@@ -213,7 +213,7 @@ def _serve(args: argparse.Namespace) -> int:
     if workers > 1:
         worker_argv = ["serve", "--config", str(args.config), "--log-level", args.log_level, "--event-loop", args.event_loop,
                        "--workers", "1", "--reuse-port"]
-        return run_workers(worker_argv, workers, config.failure.shutdown_grace_seconds)
+        return run_workers(worker_argv, workers, config.failure.shutdown_drain_seconds + config.failure.shutdown_grace_seconds)
     shrink_ssl_read_buffers()
     try:
         with asyncio.Runner(loop_factory=_loop_factory(args.event_loop)) as runner:
@@ -266,8 +266,9 @@ def _positive_int(text: str) -> int:
 
 async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None, *, reuse_port: bool = False,
                     config_path: Path | None = None) -> None:
-    """Run the proxy until SIGINT or SIGTERM, then stop gracefully: open watches end at once,
-    other requests in flight get `failure.shutdown_grace_seconds`. SIGHUP re-reads
+    """Run the proxy until SIGINT or SIGTERM, then stop gracefully: client connections are let
+    go one by one over up to `failure.shutdown_drain_seconds` (their watches end cleanly), and
+    each one's other requests in flight get `failure.shutdown_grace_seconds`. SIGHUP re-reads
     `config_path` (the partition set changes at runtime: proxy.partition_set)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -290,7 +291,7 @@ async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None, *, 
         await app.listen(config.listen.address, config.listen.port, ssl_context=ssl_context, reuse_port=reuse_port)
         await stop.wait()
     finally:
-        await app.stop(config.failure.shutdown_grace_seconds)
+        await app.stop(config.failure.shutdown_grace_seconds, config.failure.shutdown_drain_seconds)
 
 
 def _check_config(path: Path) -> int:

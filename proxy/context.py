@@ -44,33 +44,63 @@ class InForce:
 
 
 class OpenStreams:
-    """Closers of open streams, called on SIGTERM so each ends cleanly and its client re-watches
-    on another replica (the failure semantics in docs/serving.md). Mutable on purpose: streams come
-    and go, and a shutdown is a state every later stream must see."""
+    """Closers of open streams, by the client connection each goes out on, called at shutdown
+    so each stream ends cleanly and its client re-watches on another replica (the failure
+    semantics in docs/serving.md). The shutdown ends them connection by connection
+    (`end_connection`, paced by `proxy.fronts.drain`), then whatever is left (`end_all`).
+    Mutable on purpose: streams come and go, and a drained connection is a state every later
+    stream on it must see."""
 
-    __slots__ = ("closers", "shutting_down")
+    __slots__ = ("_by_connection", "_drained", "shutting_down")
 
     def __init__(self) -> None:
-        self.closers: set[Callable[[], None]] = set()
-        self.shutting_down = False
+        self._by_connection: dict[object, set[Callable[[], None]]] = {}
+        self._drained: set[object] = set()  # connections whose streams were ended (only during a shutdown)
+        self.shutting_down = False  # end_all ran: every stream, on any connection, ends at once
+
+    def __len__(self) -> int:
+        return sum(len(c) for c in self._by_connection.values())
+
+    def add(self, closer: Callable[[], None], connection: object) -> None:
+        """Register an open stream's `closer` on the client `connection` (any hashable key:
+        `ResponseWriter.connection`); it is called at once when that connection is already
+        drained or the proxy is shutting down."""
+        self._by_connection.setdefault(connection, set()).add(closer)
+        if self.shutting_down or connection in self._drained:
+            closer()
+
+    def discard(self, closer: Callable[[], None], connection: object) -> None:
+        """Forget `closer` (its stream ended); unknown closers are ignored."""
+        closers = self._by_connection.get(connection)
+        if closers is not None:
+            closers.discard(closer)
+            if not closers:
+                del self._by_connection[connection]
 
     @contextmanager
-    def stream(self, closer: Callable[[], None]) -> Iterator[None]:
-        """Register an open stream's closer for the duration of the block (called at once
-        when the proxy is already shutting down)."""
-        if self.shutting_down:
-            closer()
-        self.closers.add(closer)
+    def stream(self, closer: Callable[[], None], connection: object) -> Iterator[None]:
+        """Register an open stream's closer for the duration of the block (`add`)."""
+        self.add(closer, connection)
         try:
             yield
         finally:
-            self.closers.discard(closer)
+            self.discard(closer, connection)
+
+    def end_connection(self, connection: object) -> int:
+        """Ask every open stream on `connection` to end now, and every later one on it at once;
+        returns how many were asked (plain def: runs atomically)."""
+        self._drained.add(connection)
+        closers = tuple(self._by_connection.get(connection, ()))
+        for closer in closers:
+            closer()
+        return len(closers)
 
     def end_all(self) -> None:
-        """Ask every open stream to end now (plain def: runs atomically)."""
+        """Ask every open stream to end now, and every later one at once (plain def)."""
         self.shutting_down = True
-        for closer in tuple(self.closers):
-            closer()
+        for closers in tuple(self._by_connection.values()):
+            for closer in tuple(closers):
+                closer()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +138,10 @@ class ProxyContext:
         """The routing state in force (`InForce`)."""
         return self.in_force.routing
 
-    def stream(self, closer: Callable[[], None]) -> AbstractContextManager[None]:
-        """Register an open stream's closer for the duration of the block (`OpenStreams.stream`)."""
-        return self.streams.stream(closer)
+    def stream(self, closer: Callable[[], None], connection: object) -> AbstractContextManager[None]:
+        """Register an open stream's closer on its client connection for the duration of the
+        block (`OpenStreams.stream`)."""
+        return self.streams.stream(closer, connection)
 
     @contextmanager
     def partition_set_listener(self, listener: Callable[[], None]) -> Iterator[None]:

@@ -146,6 +146,11 @@ class ResponseWriter(Protocol):
     def started(self) -> bool:
         """Whether a streamed answer has begun (headers sent): it can no longer be replaced."""
 
+    @property
+    def connection(self) -> object:
+        """The client connection the answer goes out on, as a key (hashable, the same for every
+        request on that connection): a shutdown drains connection by connection."""
+
     async def respond(self, answer: Answer) -> None:
         """Send a whole answer."""
 

@@ -50,7 +50,8 @@ WORKER_ENV = "PARTITION_PROXY_WORKER"
 # seconds between two checks of the workers: a worker's death is noticed within it.
 _POLL_SECONDS = 0.2
 # seconds a worker gets to stop after the supervisor stops it (before SIGKILL): the graceful
-# stop's grace plus slack. proxy.cli passes failure.shutdown_grace_seconds.
+# stop's drain and grace plus slack. proxy.cli passes failure.shutdown_drain_seconds +
+# failure.shutdown_grace_seconds.
 _KILL_SLACK_SECONDS = 5.0
 # workers replaced within REPLACEMENT_WINDOW_SECONDS before the supervisor gives up and exits:
 # a worker that dies at start (bad config read after SIGHUP, port taken, import error) dies

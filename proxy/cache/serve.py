@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Protocol
 
 from multidict import CIMultiDict
 
@@ -76,18 +77,25 @@ async def serve_list(writer: ResponseWriter, cache: WatchCache, plan: CachePlan,
     await writer.end()
 
 
+class StreamRegistry(Protocol):
+    """Where a watch registers its closer for the shutdown (`proxy.context.OpenStreams`)."""
+
+    def add(self, closer: Callable[[], None], connection: object) -> None: ...
+
+    def discard(self, closer: Callable[[], None], connection: object) -> None: ...
+
+
 async def serve_watch(
     ex: Exchange,
     cache: WatchCache,
     plan: CachePlan,
     slot: int | None,
     *,
-    streams: set[Callable[[], None]],
-    shutting_down: bool,
+    streams: StreamRegistry,
     on_behind: Callable[[], None] | None = None,
 ) -> None:
     """Register a cache watcher and stream its lines. `streams` holds the closers a shutdown
-    calls to end every open stream cleanly. A front end that can take the stream on without this
+    calls to end every open stream cleanly, by client connection. A front end that can take the stream on without this
     task (`ResponseWriter.detach`: HTTP/2) gets it once the initial lines are written; the
     exchange is then closed by that front end when the watch ends. `on_behind` is told when the
     watcher is closed for falling behind."""
@@ -116,10 +124,9 @@ async def serve_watch(
             watcher.offer(event)
     cache.add_watcher(watcher)
     ex.hold(lambda _: cache.remove_watcher(watcher))
-    streams.add(watcher.finish)
-    ex.hold(lambda _: streams.discard(watcher.finish))
-    if shutting_down:
-        watcher.finish()
+    connection = writer.connection
+    ex.hold(lambda _: streams.discard(watcher.finish, connection))
+    streams.add(watcher.finish, connection)
 
     await writer.start(200, _NO_HEADERS, content_type=cache.format.watch_content_type)
     if initial:

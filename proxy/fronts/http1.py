@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from aiohttp import WSMsgType, web
 from multidict import CIMultiDict
@@ -68,6 +69,10 @@ class Writer:
     @property
     def started(self) -> bool:
         return self.response is not None and self.response.prepared
+
+    @property
+    def connection(self) -> object:
+        return self._request.protocol  # aiohttp's RequestHandler: one per connection
 
     async def respond(self, answer: Answer) -> None:
         # An answer's CIMultiDict is made for this answer alone (proxy.headers, proxy.answers):
@@ -242,6 +247,15 @@ class Http1Front:
     @property
     def open_connections(self) -> int:
         return len(self._server.connections)
+
+    def open(self) -> list[Any]:
+        """The open connections (aiohttp's RequestHandlers: `Writer.connection`)."""
+        return list(self._server.connections)
+
+    async def let_go(self, connection: Any, grace: float) -> None:
+        """Close `connection` once its request in flight is answered (the drain's turn; the
+        `grace` is `shutdown`'s, which waits for it)."""
+        connection.close()
 
     async def shutdown(self, grace: float) -> None:
         """Close idle connections now, give requests in flight `grace` seconds, then close all."""

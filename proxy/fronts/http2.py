@@ -192,6 +192,10 @@ class _Writer:
         self.started = False
         self._ended = False
 
+    @property
+    def connection(self) -> Http2Connection:
+        return self._conn
+
     async def respond(self, answer: Answer) -> None:
         headers = answer.headers
         content_type = answer.content_type
@@ -639,8 +643,9 @@ class Http2Connection(asyncio.Protocol):
                 stream.window_opened()
 
     async def shutdown(self, grace: float) -> None:
-        """GOAWAY, then wait up to `grace` seconds for the open streams to end, then close."""
-        if self._transport is None or self._transport.is_closing():
+        """GOAWAY, then wait up to `grace` seconds for the open streams to end, then close. Once
+        only: a connection already told to go (or gone) returns at once."""
+        if self._closing or self._transport is None or self._transport.is_closing():
             return
         self._closing = True
         self._h2.goaway(ErrorCode.NO_ERROR)
@@ -678,6 +683,14 @@ class Http2Front:
         )
         self.connections.add(conn)
         return conn
+
+    def open(self) -> list[Http2Connection]:
+        """The open connections (`_Writer.connection`)."""
+        return list(self.connections)
+
+    async def let_go(self, connection: Http2Connection, grace: float) -> None:
+        """GOAWAY on `connection`, `grace` seconds for its streams, then close (the drain's turn)."""
+        await connection.shutdown(grace)
 
     async def shutdown(self, grace: float) -> None:
         await asyncio.gather(*(c.shutdown(grace) for c in tuple(self.connections)))

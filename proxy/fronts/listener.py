@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import Counter
+from typing import Any
 
+from proxy.context import OpenStreams
+from proxy.fronts.drain import drain
 from proxy.fronts.http1 import Http1Front
 from proxy.fronts.http2 import Http2Front
 from proxy.read_buffer import BufferedReads
@@ -62,7 +65,22 @@ class Listener:
     def open_connections(self) -> dict[str, int]:
         return {HTTP1: self.http1.open_connections, HTTP2: len(self.http2.connections) if self.http2 is not None else 0}
 
-    async def shutdown(self, grace: float) -> None:
-        """GOAWAY on every HTTP/2 connection and a graceful end of the HTTP/1.1 ones, at once;
-        `grace` seconds for the requests in flight."""
-        await asyncio.gather(self.http1.shutdown(grace), *([self.http2.shutdown(grace)] if self.http2 is not None else []))
+    async def shutdown(self, grace: float, *, streams: OpenStreams, drain_seconds: float) -> None:
+        """Let every connection go, one by one over up to `drain_seconds` (`proxy.fronts.drain`):
+        its streams end cleanly, then GOAWAY (HTTP/2) or a close once its request in flight is
+        answered (HTTP/1.1). Then the streams and connections left (those that came during the
+        drain) end at once. Each connection's requests in flight get `grace` seconds after its
+        turn; returns within about `drain_seconds + grace`."""
+        http1, http2 = self.http1, self.http2
+        fronts: list[Http1Front | Http2Front] = [http1, *([http2] if http2 is not None else [])]
+        turns = [(front, conn) for front in fronts for conn in front.open()]
+        stopping: list[asyncio.Task[None]] = []
+
+        def let_go(turn: tuple[Http1Front | Http2Front, Any]) -> None:
+            front, conn = turn
+            streams.end_connection(conn)
+            stopping.append(asyncio.create_task(front.let_go(conn, grace)))
+
+        await drain(turns, let_go, seconds=drain_seconds)
+        streams.end_all()
+        await asyncio.gather(*stopping, *(front.shutdown(grace) for front in fronts))

@@ -190,7 +190,7 @@ async def _pass_on(ex: Exchange, ctx: ProxyContext, answer: UpstreamResponse, me
             return await ex.respond(Answer(answer.status, raw, headers, content_type=None))
     stream = translate.stream_translator(answer.content_type, object_translator(*merged)) if merged is not None else None
     await ex.writer.start(answer.status, downstream_raw_headers(answer.raw_headers, keep_length=stream is None))
-    with ctx.stream(answer.close):  # a shutdown ends the stream cleanly
+    with ctx.stream(answer.close, ex.writer.connection):  # a shutdown ends the stream cleanly
         try:
             async for chunk in answer.chunks():
                 out = stream.feed(chunk) if stream is not None else chunk

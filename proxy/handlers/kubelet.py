@@ -143,7 +143,7 @@ async def pod_log(ex: Exchange, ctx: ProxyContext) -> None:
             if answer.status != 200:
                 return await ex.respond(Answer(answer.status, await answer.read(), headers, content_type=None))
             await ex.writer.start(200, headers)
-            with ctx.stream(answer.close):  # a shutdown ends the log cleanly
+            with ctx.stream(answer.close, ex.writer.connection):  # a shutdown ends the log cleanly
                 async for chunk in answer.chunks():
                     await ex.writer.write(chunk)
             await ex.writer.end()

@@ -190,7 +190,7 @@ class UnionWatch:
         deadline = asyncio.get_running_loop().time() + watch_lifetime(ex.request.query)
         self.pumps = {p: asyncio.create_task(self._pump(p, s), name=f"union-watch:{p}") for p, s in self.streams.items()}
         try:
-            with ctx.stream(self._finish), ctx.partition_set_listener(self.on_partition_set), contextlib.suppress(TimeoutError):
+            with ctx.stream(self._finish, ex.writer.connection), ctx.partition_set_listener(self.on_partition_set), contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(deadline):
                     while not merge.finished:
                         batch = [await queue.get()]

@@ -96,7 +96,7 @@ class Dispatch:
                 await serve_list(ex.writer, cache, found, slot)
             elif found.mode is CacheMode.WATCH:
                 behind = ctx.metrics.watchers_behind.labels(cache.spec.name)
-                await serve_watch(ex, cache, found, slot, streams=ctx.streams.closers, shutting_down=ctx.streams.shutting_down,
+                await serve_watch(ex, cache, found, slot, streams=ctx.streams,
                                   on_behind=behind.inc)
             else:
                 answer = serve_get(cache, found, slot)

@@ -149,10 +149,10 @@ def test_deployment_runs_non_root_read_only_with_https_probes_and_a_long_enough_
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "https", "scheme": "HTTPS"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
     prestop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
-    proxy_shutdown_grace = 5  # seconds: failure.shutdown_grace_seconds, the proxy's default
+    proxy_shutdown_grace = 15  # seconds: failure.shutdown_drain_seconds + shutdown_grace_seconds, the proxy's defaults
     from config.models import FailureConfig
 
-    assert FailureConfig().shutdown_grace_seconds == proxy_shutdown_grace
+    assert FailureConfig().shutdown_drain_seconds + FailureConfig().shutdown_grace_seconds == proxy_shutdown_grace
     assert pod["terminationGracePeriodSeconds"] > prestop + proxy_shutdown_grace
     assert container["command"] == ["partition-proxy", "serve", "--config", "/etc/partition-proxy/config/config.yaml", "--log-level", "INFO", "--workers", "1"]
     # Anti-affinity on hosts and a zone spread keep replicas apart.

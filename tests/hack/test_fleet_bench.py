@@ -115,7 +115,7 @@ def test_node_names_alternate_between_the_resource_partitions_and_the_peer_holds
 
 @pytest.mark.parametrize(("kubelets", "cap"), [(100, 50_000), (5000, 50_000), (10_000, 100_000), (50_000, 500_000)])
 def test_the_proxys_cap_of_long_running_requests_fits_every_kubelets_watches_twice(kubelets: int, cap: int) -> None:
-    assert proxy_extra(kubelets) == {"failure": {"max_inflight_long_running": cap}}
+    assert proxy_extra(kubelets) == {"failure": {"max_inflight_long_running": cap, "shutdown_drain_seconds": 0}}
     assert cap >= 2 * fleet.WATCHES_PER_KUBELET * kubelets
 
 

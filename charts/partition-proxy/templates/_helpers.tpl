@@ -63,12 +63,13 @@ mounted ConfigMap at runtime (docs/partition-set.md), so changing them rolls not
 {{- end }}
 
 {{/*
-seconds; the proxy's own shutdown grace: the default of failure.shutdown_grace_seconds (config/models.py)
-(in-flight requests finish, then watches are closed). Not a flag of the proxy: change it here
+seconds; the proxy's own graceful stop: the defaults of failure.shutdown_drain_seconds (10) +
+failure.shutdown_grace_seconds (5) (config/models.py: connections let go one by one, their
+watches ended cleanly, then each one's requests in flight finish). Not a flag of the proxy: change it here
 if cli.py changes. terminationGracePeriodSeconds must exceed preStopSleepSeconds + this.
 */}}
 {{- define "partition-proxy.shutdownTimeoutSeconds" -}}
-5
+15
 {{- end }}
 
 {{/*

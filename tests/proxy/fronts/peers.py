@@ -77,3 +77,35 @@ class Peers:
 
 def of(events: list[Any], kind: type) -> list[Any]:
     return [e for e in events if isinstance(e, kind)]
+
+
+class Transport:
+    """What the connection writes, and how full its buffer looks."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.all = bytearray()  # every byte ever written
+        self.closed = False
+        self.buffered = 0  # bytes the client has not read, as the test says
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed
+        self.writes.append(bytes(data))
+        self.all += data
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def take(self) -> bytes:
+        data = b"".join(self.writes)
+        self.writes.clear()
+        return data

@@ -21,41 +21,9 @@ from proxy.fronts.http2 import Http2Connection, Http2Front
 from proxy.messages import Answer, ClientGone, Outcome, Request
 from routing.selectors import parse_field_selector, parse_label_selector
 from tests.cyclic_garbage import CyclicGarbage
-from tests.proxy.fronts.peers import frame, frames_of, request_headers
+from tests.proxy.fronts.peers import Transport, frame, frames_of, request_headers
 
 Handler = Callable[[Request, Any], Awaitable[None]]
-
-
-class Transport:
-    """What the connection writes, and how full its buffer looks."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.all = bytearray()  # every byte ever written
-        self.closed = False
-        self.buffered = 0  # bytes the client has not read, as the test says
-
-    def write(self, data: bytes) -> None:
-        assert not self.closed
-        self.writes.append(bytes(data))
-        self.all += data
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_write_buffer_size(self) -> int:
-        return self.buffered
-
-    def take(self) -> bytes:
-        data = b"".join(self.writes)
-        self.writes.clear()
-        return data
 
 
 class Pipeline:

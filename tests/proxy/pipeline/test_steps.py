@@ -62,6 +62,7 @@ class Writer:
     writes: list[bytes] = field(default_factory=list)
     status: int | None = None
     started: bool = False
+    connection: object = "conn-1"
 
     async def respond(self, answer: Answer) -> None:
         self.answers.append(answer)
