@@ -22,6 +22,7 @@ import atexit
 import contextlib
 import http.client
 import os
+import random
 import shutil
 import signal
 import socket
@@ -177,12 +178,45 @@ class _Proc:
         return f"{self.partition.name} {self.kind} (pid {self.popen.pid})"
 
 
-def _free_ports(n: int) -> list[int]:
-    """n distinct free loopback TCP ports (all sockets are held open until every one is picked)."""
-    socks = [socket.socket() for _ in range(n)]
+# loopback ports the local federation's servers listen on are picked in this range, below the
+# kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default). A port the
+# kernel hands out itself (bind to 0) is an ephemeral one: while a partition is down (a restart
+# in the soak or the fault suite, a partition that joins later) an outgoing connection of the
+# thousands a kubelet fleet opens may take it as its local port, and the server's restart then
+# fails with EADDRINUSE.
+SERVER_PORTS = (20000, 32768)
+
+
+def ephemeral_range(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """(first, last) of the kernel's ephemeral ports; Linux's default when it cannot be read."""
     try:
-        for s in socks:
-            s.bind((HOST, 0))
+        first, last = (int(x) for x in path.read_text().split())
+        return first, last
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free loopback TCP ports outside the kernel's ephemeral range (SERVER_PORTS,
+    less any overlap with it), picked at random and each bound until all are picked. Raises
+    FederationError when the range has fewer than n free."""
+    first, last = ephemeral_range()
+    candidates = [q for q in range(*SERVER_PORTS) if not first <= q <= last]
+    random.shuffle(candidates)
+    socks: list[socket.socket] = []
+    try:
+        for port in candidates:
+            if len(socks) == n:
+                break
+            s = socket.socket()
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        if len(socks) < n:
+            raise FederationError(f"fewer than {n} free loopback ports in {SERVER_PORTS[0]}-{SERVER_PORTS[1] - 1} outside the ephemeral range {first}-{last}")
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
