@@ -21,6 +21,7 @@ from tests.federation import Kube, pod
 SECONDS = 20.0  # upper bound for one wait; events arrive in milliseconds
 KUBELETS = 40
 NOISE = 2  # upstream watches other clients may open or close while the counts are read
+RESUMED = 5  # watches resumed from before a restart: more than NOISE, so one upstream watch each shows
 
 
 @pytest.fixture
@@ -145,7 +146,7 @@ async def test_a_watch_from_before_a_restarted_proxys_caches_is_expired_and_hold
         before = await _watch_counts(kube, "pods")
         url = restarted.server + "/api/v1/pods"
         async with aiohttp.ClientSession() as s:
-            resumed = [await s.get(url, params={"watch": "1", "resourceVersion": old}, ssl=ctx) for _ in range(5)]
+            resumed = [await s.get(url, params={"watch": "1", "resourceVersion": old}, ssl=ctx) for _ in range(RESUMED)]
             during = await _watch_counts(kube, "pods")
             answers = [await _first_event(r) for r in resumed]
             for r in resumed:
@@ -154,5 +155,8 @@ async def test_a_watch_from_before_a_restarted_proxys_caches_is_expired_and_hold
             relisted.close()
     finally:
         restarted.stop()
-    assert answers == [(200, "ERROR", 410, "Expired")] * 5
-    assert during == before, "resumed watches held upstream watches"
+    assert answers == [(200, "ERROR", 410, "Expired")] * RESUMED
+    # a resumed watch that held a union watch would add one per TP each: RESUMED > NOISE (a reflector
+    # of this or another proxy re-watching between the reads: tp1 2 -> 3 in one CI run)
+    grown = {p: during[p] - before[p] for p in before}
+    assert all(g <= NOISE for g in grown.values()), f"resumed watches held upstream watches: {grown}"
