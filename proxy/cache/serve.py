@@ -95,10 +95,10 @@ async def serve_watch(
     on_behind: Callable[[], None] | None = None,
 ) -> None:
     """Register a cache watcher and stream its lines. `streams` holds the closers a shutdown
-    calls to end every open stream cleanly, by client connection. A front end that can take the stream on without this
-    task (`ResponseWriter.detach`: HTTP/2) gets it once the initial lines are written; the
-    exchange is then closed by that front end when the watch ends. `on_behind` is told when the
-    watcher is closed for falling behind."""
+    calls to end every open stream cleanly, by client connection. A front end that can take the
+    stream on without this task (`ResponseWriter.detach`: HTTP/2) gets it once the initial
+    lines are written; the exchange is then closed by that front end when the watch ends.
+    `on_behind` is told when the watcher is closed for falling behind."""
     writer = ex.writer
     watcher = CacheWatcher(
         label_selector=plan.label_selector,
