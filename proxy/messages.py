@@ -191,9 +191,6 @@ class Outcome:
     FAILED = "failed"
 
 
-Release = Callable[[str], None]  # called once with the exchange's Outcome
-
-
 @dataclass(slots=True)
 class Exchange:
     """One request going down the pipeline (`proxy.pipeline.chain`). Steps fill in what they
@@ -202,9 +199,9 @@ class Exchange:
 
     What a step holds for the request's lifetime (an in-flight slot, an open-watch count, a cache
     watcher) is given back by a release registered with `hold`, run by `close` when the exchange
-    ends, in reverse order, exactly once. Normally the pipeline closes the exchange when its
-    task ends; a watch whose front end streams it on without the task (`ResponseWriter.detach`)
-    is closed by that front end when the stream ends."""
+    ends, in reverse order, exactly once; `outcome` is set before they run. Normally the pipeline
+    closes the exchange when its task ends; a watch whose front end streams it on without the
+    task (`ResponseWriter.detach`) is closed by that front end when the stream ends."""
 
     request: Request
     writer: ResponseWriter
@@ -216,7 +213,10 @@ class Exchange:
     route_kind: str = "reject"
     target: str = ""
     detached: bool = False
-    _releases: list[Release] = field(default_factory=list)
+    outcome: str = ""  # how it ended (Outcome), set by `close`
+    # (release, *args) per hold: a tuple, not a closure, because a watch keeps its holds for its
+    # whole life (tracemalloc: ~200 bytes less per hold, five holds per cache watch)
+    _releases: list[tuple[Any, ...]] = field(default_factory=list)
 
     async def respond(self, answer: Answer) -> None:
         await self.writer.respond(answer)
@@ -229,12 +229,16 @@ class Exchange:
         self.request = self.request.slimmed()
         self.body = None
 
-    def hold(self, release: Release) -> None:
-        """Register what to give back when the exchange ends (plain def)."""
-        self._releases.append(release)
+    def hold(self, release: Callable[..., object], *args: Any) -> None:
+        """Register `release(*args)`, to give back what a step holds when the exchange ends
+        (plain def). A release that needs to know how it ended reads `outcome`."""
+        self._releases.append((release, *args))
 
     def close(self, outcome: str) -> None:
-        """End the exchange: run every release, last registered first (plain def, once)."""
+        """End the exchange with `outcome` (Outcome): run every release, last registered first
+        (plain def, once)."""
+        if not self.outcome:
+            self.outcome = outcome
         releases, self._releases = self._releases, []
-        for release in reversed(releases):
-            release(outcome)
+        for entry in reversed(releases):
+            entry[0](*entry[1:])

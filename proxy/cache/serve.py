@@ -123,9 +123,9 @@ async def serve_watch(
         for event in cache.events_after(plan.vector):
             watcher.offer(event)
     cache.add_watcher(watcher)
-    ex.hold(lambda _: cache.remove_watcher(watcher))
+    ex.hold(cache.remove_watcher, watcher)
     connection = writer.connection
-    ex.hold(lambda _: streams.discard(watcher.finish, connection))
+    ex.hold(streams.discard, watcher.finish, connection)
     streams.add(watcher.finish, connection)
 
     await writer.start(200, _NO_HEADERS, content_type=cache.format.watch_content_type)

@@ -44,6 +44,7 @@ from urllib.parse import parse_qsl
 
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
+from proxy.fronts.deadlines import Deadlines
 from proxy.fronts.http2_headers import AnswerEncoder
 from proxy.fronts.http2_protocol import (
     DEFAULT_WINDOW,
@@ -261,12 +262,11 @@ class _Pushed:
         self._on_end = on_end
         self._pending: list[bytes] = []
         self._stall: asyncio.TimerHandle | None = None
-        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry: int | None = None  # its bucket in the front's Deadlines
         self.ended = False
 
     def start(self, deadline: float) -> None:
-        loop = asyncio.get_running_loop()
-        self._expiry = loop.call_at(deadline, self.finish)
+        self._expiry = self._conn.deadlines.add(deadline, self.finish)
         for line in self._source.attach(self.push):
             self.push(line)
 
@@ -327,9 +327,10 @@ class _Pushed:
             return
         self.ended = True
         self._pending = []
-        for timer in (self._stall, self._expiry):
-            if timer is not None:
-                timer.cancel()
+        if self._stall is not None:
+            self._stall.cancel()
+        if self._expiry is not None:
+            self._conn.deadlines.discard(self._expiry, self.finish)
         # The source's sink and the timers' callbacks are this object's methods: let go of both
         # so the ended watch is freed by reference counting, not left in cycles (loop_health).
         self._stall = self._expiry = None
@@ -340,7 +341,8 @@ class _Pushed:
 
 class Http2Connection(asyncio.Protocol):
     """One client connection speaking HTTP/2 (see the module docstring). `encoder` encodes the
-    answers' headers (one per front: its cache serves every connection)."""
+    answers' headers (one per front: its cache serves every connection); `deadlines` ends its
+    pushed streams at their deadlines (one per front: `proxy.fronts.deadlines`)."""
 
     def __init__(
         self,
@@ -351,6 +353,7 @@ class Http2Connection(asyncio.Protocol):
         write_timeout: float,
         on_close: Callable[[Http2Connection], None] | None = None,
         encoder: AnswerEncoder | None = None,
+        deadlines: Deadlines | None = None,
     ) -> None:
         self._pipeline = pipeline
         self._write_timeout = write_timeout
@@ -358,14 +361,16 @@ class Http2Connection(asyncio.Protocol):
         self._h2 = ServerConnection(max_concurrent_streams=max_concurrent_streams, max_header_list_size=max_header_list_size,
                                     stream_window=_STREAM_WINDOW, connection_window=DEFAULT_WINDOW + _STREAM_WINDOW)
         self.encoder = encoder if encoder is not None else AnswerEncoder()
+        self.deadlines = deadlines if deadlines is not None else Deadlines()  # of its pushed streams
         self._transport: asyncio.Transport | None = None
         self._peercert: dict[str, Any] | None = None
         self._streams: dict[int, _Stream] = {}
         # streams with data waiting for a flow-control window (insertion-ordered): what a
         # WINDOW_UPDATE of the connection wakes, instead of every stream of the connection
         self._blocked: dict[_Stream, None] = {}
-        self._writable = asyncio.Event()
-        self._writable.set()
+        # set when the transport resumes writing; None while it is writable (made at a pause
+        # only: an asyncio.Event is ~860 bytes, and a kubelet's connection is almost never paused)
+        self._unpaused: asyncio.Event | None = None
         self._closing = False  # GOAWAY sent or the connection closed: no new streams
         self._closed = False  # the connection is closed (or closing): nothing more is read or written
         self._tokens = _RESET_BURST
@@ -409,14 +414,17 @@ class Http2Connection(asyncio.Protocol):
         self._flush()  # PING and SETTINGS acknowledgements, window updates: at once
 
     def pause_writing(self) -> None:
-        self._writable.clear()
+        if self._unpaused is None:
+            self._unpaused = asyncio.Event()
 
     def resume_writing(self) -> None:
-        self._writable.set()
+        unpaused, self._unpaused = self._unpaused, None
+        if unpaused is not None:
+            unpaused.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = self._closed = True
-        self._writable.set()
+        self.resume_writing()  # writers waiting for the transport find the connection closed
         self._end_streams()
         if self._on_close is not None:
             self._on_close(self)
@@ -557,10 +565,11 @@ class Http2Connection(asyncio.Protocol):
                 raise ClientGone(f"stream {stream.id}: its reader did not read in time") from None
             finally:
                 self.blocked(stream, False)
-        if not self._writable.is_set():  # the client does not read its connection at all
+        unpaused = self._unpaused
+        if unpaused is not None:  # the client does not read its connection at all
             try:
                 async with asyncio.timeout(self._write_timeout):
-                    await self._writable.wait()
+                    await unpaused.wait()
             except TimeoutError:
                 self._goaway(ErrorCode.ENHANCE_YOUR_CALM, "client does not read")
                 raise ClientGone("connection stalled") from None
@@ -670,6 +679,7 @@ class Http2Front:
         self._max_header_list_size = max_header_list_size
         self._write_timeout = write_timeout
         self._encoder = AnswerEncoder()
+        self._deadlines = Deadlines()  # every connection's pushed streams' (one timer per second, not per watch)
         self.connections: set[Http2Connection] = set()
 
     def protocol(self) -> Http2Connection:
@@ -680,6 +690,7 @@ class Http2Front:
             write_timeout=self._write_timeout,
             on_close=self.connections.discard,
             encoder=self._encoder,
+            deadlines=self._deadlines,
         )
         self.connections.add(conn)
         return conn

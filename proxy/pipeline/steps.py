@@ -39,26 +39,24 @@ class Observe:
         self.metrics = metrics
 
     async def __call__(self, ex: Exchange) -> bool:
-        started = time.monotonic()
-        kind = "long-running" if ex.long_running else "other"
-        recorder = self.metrics.requests
-        recorder.started(kind)
-
-        def record(outcome: str) -> None:
-            elapsed = time.monotonic() - started
-            status = ex.writer.status
-            # 499: the client went away before the answer ended (a watch it closed, usually);
-            # 500: an exception no step expected.
-            code = "500" if outcome == Outcome.FAILED else str(status) if status and outcome == Outcome.DONE else "499"
-            info = ex.info
-            sli = None
-            if not ex.long_running:
-                labels = sli_labels(info, method=ex.request.method, content_type=ex.request.headers.get("Content-Type", ""))
-                sli = labels.values() if labels is not None else None
-            recorder.ended(kind, info.verb or ex.request.method.lower(), ex.route_kind, ex.target, code, elapsed, sli)
-
-        ex.hold(record)
+        self.metrics.requests.started("long-running" if ex.long_running else "other")
+        ex.hold(self._record, ex, time.monotonic())
         return False
+
+    def _record(self, ex: Exchange, started: float) -> None:
+        """The exchange ended (`ex.outcome`): count it."""
+        elapsed = time.monotonic() - started
+        outcome, status = ex.outcome, ex.writer.status
+        # 499: the client went away before the answer ended (a watch it closed, usually);
+        # 500: an exception no step expected.
+        code = "500" if outcome == Outcome.FAILED else str(status) if status and outcome == Outcome.DONE else "499"
+        info = ex.info
+        sli = None
+        if not ex.long_running:
+            labels = sli_labels(info, method=ex.request.method, content_type=ex.request.headers.get("Content-Type", ""))
+            sli = labels.values() if labels is not None else None
+        self.metrics.requests.ended("long-running" if ex.long_running else "other", info.verb or ex.request.method.lower(),
+                                    ex.route_kind, ex.target, code, elapsed, sli)
 
 
 class Limits:
@@ -114,7 +112,7 @@ class Overload:
             self.metrics.rejected.labels(exc.request_class, exc.reason).inc()
             await ex.respond(answers.too_many_requests(f"too many requests: {exc}"))
             return True
-        ex.hold(lambda _: self.limiter.release(klass, user))
+        ex.hold(self.limiter.release, klass, user)
         return False
 
 
@@ -184,5 +182,5 @@ class WatchLimits:
         except TooManyWatches:
             await ex.respond(answers.too_many_requests(f"too many open watches for this user (limit {self.watches.limit})"))
             return True
-        ex.hold(lambda _: self.watches.release(user))
+        ex.hold(self.watches.release, user)
         return False

@@ -17,6 +17,7 @@ import pytest
 from multidict import CIMultiDict
 
 from proxy.cache.cache_watcher import CacheWatcher
+from proxy.fronts import deadlines
 from proxy.fronts.http2 import Http2Connection, Http2Front
 from proxy.messages import Answer, ClientGone, Outcome, Request
 from routing.selectors import parse_field_selector, parse_label_selector
@@ -442,3 +443,30 @@ async def test_ended_streams_are_freed_by_reference_counting_not_left_in_cycles(
         watches.clear()  # the cache watcher is referenced from here on only by what the stream left
         del c, watcher
     assert not garbage.types & {"_Stream", "_Writer", "_Body", "_Pushed", "CacheWatcher", "Event", "TimerHandle"}, garbage.types
+
+
+async def test_a_pushed_watch_ends_cleanly_at_its_deadline_and_an_ended_one_leaves_no_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deadlines, "DEADLINE_RESOLUTION", 0.05)
+    lines, outcomes = Lines([]), list[str]()
+
+    async def handler(request: Request, writer: Any) -> None:
+        await writer.start(200, CIMultiDict(), content_type="application/json")
+        seconds = 0.1 if "short" in request.raw_path else 60
+        assert writer.detach(lines, deadline=asyncio.get_running_loop().time() + seconds, on_end=outcomes.append)
+
+    c = Client(handler)
+    await c.exchange()
+    short = c.request("/api/v1/short?watch=1")
+    long = c.request("/api/v1/long?watch=1")
+    await c.exchange()
+    assert len(c.server.deadlines) == 2 and outcomes == []
+    await asyncio.sleep(0.1 + 0.05 + 0.1)
+    await c.exchange()
+    assert outcomes == [Outcome.DONE]  # the short one, at its deadline
+    assert any(isinstance(e, h2.events.StreamEnded) and e.stream_id == short for e in c.events)
+    assert len(c.server.deadlines) == 1
+    c.h2.reset_stream(long, h2.errors.ErrorCodes.CANCEL)
+    c.send()
+    assert outcomes == [Outcome.DONE, Outcome.GONE]
+    assert len(c.server.deadlines) == 0  # the reset one's deadline went with it
+    c.close()

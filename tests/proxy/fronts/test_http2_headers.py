@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.fronts import http2_headers
 from proxy.fronts.http2_headers import (
     HOST,
     MALFORMED,
@@ -61,6 +62,25 @@ def test_a_header_list_past_the_limit_raises() -> None:
 def test_blocks_hpack_forbids_raise_compression_error(block: bytes) -> None:
     with pytest.raises(CompressionError):
         HeaderDecoder(max_list_size=1 << 20).decode(block)
+
+
+def test_connections_share_the_literal_fields_they_have_in_common_until_the_shared_set_is_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    def decoded(headers: list[tuple[str, str]]) -> dict[str, tuple[str, str, int, int]]:
+        fields = HeaderDecoder(max_list_size=1 << 20).decode(hpack.Encoder().encode(headers))  # a new connection
+        return {f[0]: f for f in fields}
+
+    common = [(":method", "GET"), (":scheme", "https"), ("user-agent", "kubelet/v1.36.0 (linux/amd64) shared-test"),
+              ("x-bad", "a\x00b")]
+    first = decoded([*common, (":path", "/api/v1/nodes/shared-test-1")])
+    second = decoded([*common, (":path", "/api/v1/nodes/shared-test-2")])
+    assert first["user-agent"] is second["user-agent"]  # one Field (and its strings) for both tables
+    assert first["x-bad"] is second["x-bad"] and first["x-bad"][3] == MALFORMED  # checked once, still refused
+    assert first[":path"][1].endswith("-1") and second[":path"][1].endswith("-2")
+
+    monkeypatch.setattr(http2_headers, "_MAX_SHARED_FIELDS", len(http2_headers._shared_fields))
+    third, fourth = decoded([("x-late", "v")]), decoded([("x-late", "v")])
+    assert third["x-late"] == fourth["x-late"] == ("x-late", "v", 39, REGULAR)  # decoded alike ...
+    assert third["x-late"] is not fourth["x-late"]  # ... but each connection's own once the set is full
 
 
 def test_host_and_pseudo_fields_are_told_apart() -> None:

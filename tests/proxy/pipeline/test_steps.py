@@ -298,11 +298,13 @@ async def test_observe_counts_a_client_that_went_away_as_499_and_a_failure_as_50
 async def test_an_exchange_gives_back_what_its_steps_hold_once_in_reverse_order() -> None:
     order: list[str] = []
     ex = exchange()
-    ex.hold(lambda outcome: order.append(f"first {outcome}"))
-    ex.hold(lambda outcome: order.append(f"second {outcome}"))
+    ex.hold(lambda name: order.append(f"{name} {ex.outcome}"), "first")
+    ex.hold(order.append, "second")
+    ex.hold(lambda: order.append("third"))
     ex.close(Outcome.DONE)
     ex.close(Outcome.GONE)
-    assert order == ["second done", "first done"]
+    assert order == ["third", "second", "first done"]
+    assert ex.outcome == Outcome.DONE
 
 
 async def test_the_pipeline_runs_the_steps_in_order_until_one_answers() -> None:
