@@ -52,6 +52,9 @@ DEFAULT_TABLE_SIZE = 4096
 # fill the rest; then a field is made per connection, as before. 4,096 of ~200 bytes: < 1 MiB.
 _MAX_SHARED_FIELDS = 4096
 _shared_fields: dict[tuple[str, str], Field] = {}
+# fields never shared: credentials stay in their own connection's table and go with it (the
+# proxy keeps no client credential beyond the connection it came on: proxy.authn)
+_PRIVATE = frozenset({"authorization", "proxy-authorization", "cookie"})
 # RFC 9113 §8.2.2: connection-specific fields; TE only with "trailers"
 _CONNECTION_SPECIFIC = frozenset({"connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade"})
 _REQUEST_PSEUDO = frozenset({":method", ":scheme", ":authority", ":path"})
@@ -155,7 +158,7 @@ class HeaderDecoder:
                     else:
                         raise CompressionError("indexed field 0")
                 elif first & 0x40:  # literal with incremental indexing (§6.2.1)
-                    field, i = self._literal(block, i, 0x3F)
+                    field, i = self._literal(block, i, 0x3F, share=True)
                     self._insert(field)
                 elif first & 0x20:  # dynamic table size update (§6.3)
                     if fields or updates == 2:
@@ -170,7 +173,7 @@ class HeaderDecoder:
                     self._evict()
                     continue
                 else:  # literal without indexing (§6.2.2) or never indexed (§6.2.3)
-                    field, i = self._literal(block, i, 0x0F)
+                    field, i = self._literal(block, i, 0x0F, share=False)
                 size += field[2]
                 if size > limit:
                     raise HeaderListTooLarge(f"a header list over {limit} bytes")
@@ -179,7 +182,9 @@ class HeaderDecoder:
             raise CompressionError("a truncated header block, or an index past the table") from None
         return fields
 
-    def _literal(self, block: bytes, i: int, mask: int) -> tuple[Field, int]:
+    def _literal(self, block: bytes, i: int, mask: int, *, share: bool) -> tuple[Field, int]:
+        """A literal field at `i`: (the field, the offset after it). `share`: it goes into the
+        dynamic table, so the process's shared field is used, or made (never for a credential)."""
         index = block[i] & mask
         i += 1
         if index == mask:
@@ -192,6 +197,8 @@ class HeaderDecoder:
         else:
             name, i = self._string(block, i)
         value, i = self._string(block, i)
+        if not share or name in _PRIVATE:
+            return _field(name, _name_kind(name), value), i
         key = (name, value)
         field = _shared_fields.get(key)
         if field is None:

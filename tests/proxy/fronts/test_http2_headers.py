@@ -76,6 +76,11 @@ def test_connections_share_the_literal_fields_they_have_in_common_until_the_shar
     assert first["user-agent"] is second["user-agent"]  # one Field (and its strings) for both tables
     assert first["x-bad"] is second["x-bad"] and first["x-bad"][3] == MALFORMED  # checked once, still refused
     assert first[":path"][1].endswith("-1") and second[":path"][1].endswith("-2")
+    token = [("authorization", "Bearer shared-test-token")]
+    assert decoded(token)["authorization"] is not decoded(token)["authorization"]  # a credential is never shared
+    assert not any(name == "authorization" for name, _ in http2_headers._shared_fields)
+    never_indexed = HeaderDecoder(max_list_size=1 << 20).decode(hpack.Encoder().encode([("x-secret", "s", True)]))
+    assert never_indexed == [("x-secret", "s", 41, REGULAR)] and ("x-secret", "s") not in http2_headers._shared_fields
 
     monkeypatch.setattr(http2_headers, "_MAX_SHARED_FIELDS", len(http2_headers._shared_fields))
     third, fourth = decoded([("x-late", "v")]), decoded([("x-late", "v")])
