@@ -1083,11 +1083,16 @@ def selectable_fields(group: str, resource: str, obj: Mapping[str, Any]) -> dict
     is present only for namespaced resources. An unknown resource gets metadata.name, and
     metadata.namespace when the object has one.
     """
-    name = _text(_get(obj, "metadata", "name"))
-    namespace = _text(_get(obj, "metadata", "namespace"))
+    meta = obj.get("metadata")  # on every cached event: the metadata is read once, not walked per field
+    if type(meta) is dict or isinstance(meta, Mapping):  # (a decoded object's is a dict: no ABC check)
+        name, namespace = _text(meta.get("name")), _text(meta.get("namespace"))
+    else:
+        name = namespace = ""
     spec = _RESOURCES.get((group, resource))
     if spec is None:
         return {"metadata.name": name, "metadata.namespace": namespace} if namespace else {"metadata.name": name}
+    if spec.extract is _no_fields:
+        return {"metadata.name": name, "metadata.namespace": namespace} if spec.namespaced else {"metadata.name": name}
     fields = {"metadata.name": name}
     if spec.namespaced:
         fields["metadata.namespace"] = namespace
