@@ -214,8 +214,10 @@ class Exchange:
     target: str = ""
     detached: bool = False
     outcome: str = ""  # how it ended (Outcome), set by `close`
-    # (release, *args) per hold: a tuple, not a closure, because a watch keeps its holds for its
-    # whole life (tracemalloc: ~200 bytes less per hold, five holds per cache watch)
+    # (release, *args) per hold: one tuple, not a closure, because a watch keeps its holds for
+    # its whole life (tracemalloc at 300 kubelets: 6.9 KB of holds per kubelet became 2.8 KB;
+    # a (release, args) pair 4.7 KB). Calling them back costs ~0.25 us more per request than
+    # closures did (timeit): 0.1 % of a routed request, for ~2 % of a kubelet's memory.
     _releases: list[tuple[Any, ...]] = field(default_factory=list)
 
     async def respond(self, answer: Answer) -> None:
@@ -241,4 +243,9 @@ class Exchange:
             self.outcome = outcome
         releases, self._releases = self._releases, []
         for entry in reversed(releases):
-            entry[0](*entry[1:])
+            if len(entry) == 2:  # the usual shapes called without slicing the tuple (every request)
+                entry[0](entry[1])
+            elif len(entry) == 3:
+                entry[0](entry[1], entry[2])
+            else:
+                entry[0](*entry[1:])
