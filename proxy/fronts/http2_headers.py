@@ -49,8 +49,11 @@ DEFAULT_TABLE_SIZE = 4096
 # dynamic tables hold references to one Field instead of copies (tracemalloc: ~3 KB of decoded
 # strings and Field tuples per kubelet before). Filled first come, first kept, never evicted:
 # the first clients' common fields are in it, and the unique ones (paths with a node's name)
-# fill the rest; then a field is made per connection, as before. 4,096 of ~200 bytes: < 1 MiB.
+# fill the rest; then a field is made per connection, as before. Bounded in count and in each
+# field's size (RFC 7541 §4.1 bytes: a kubelet's longest, a pod watch's path with its field
+# selector, is ~200), so what a client can leave in it is at most ~3 MiB per process.
 _MAX_SHARED_FIELDS = 4096
+_MAX_SHARED_FIELD_SIZE = 512
 _shared_fields: dict[tuple[str, str], Field] = {}
 # fields never shared: credentials stay in their own connection's table and go with it (the
 # proxy keeps no client credential beyond the connection it came on: proxy.authn)
@@ -184,7 +187,8 @@ class HeaderDecoder:
 
     def _literal(self, block: bytes, i: int, mask: int, *, share: bool) -> tuple[Field, int]:
         """A literal field at `i`: (the field, the offset after it). `share`: it goes into the
-        dynamic table, so the process's shared field is used, or made (never for a credential)."""
+        dynamic table, so the process's shared field is used, or made (never for a credential
+        or a field over _MAX_SHARED_FIELD_SIZE)."""
         index = block[i] & mask
         i += 1
         if index == mask:
@@ -197,7 +201,7 @@ class HeaderDecoder:
         else:
             name, i = self._string(block, i)
         value, i = self._string(block, i)
-        if not share or name in _PRIVATE:
+        if not share or name in _PRIVATE or len(name) + len(value) + _ENTRY_OVERHEAD > _MAX_SHARED_FIELD_SIZE:
             return _field(name, _name_kind(name), value), i
         key = (name, value)
         field = _shared_fields.get(key)

@@ -79,6 +79,9 @@ def test_connections_share_the_literal_fields_they_have_in_common_until_the_shar
     token = [("authorization", "Bearer shared-test-token")]
     assert decoded(token)["authorization"] is not decoded(token)["authorization"]  # a credential is never shared
     assert not any(name == "authorization" for name, _ in http2_headers._shared_fields)
+    large = [("x-large", "v" * 1000)]  # kept whole for its own connection, never process-wide
+    assert decoded(large)["x-large"] == ("x-large", "v" * 1000, 1039, REGULAR)
+    assert ("x-large", "v" * 1000) not in http2_headers._shared_fields
     never_indexed = HeaderDecoder(max_list_size=1 << 20).decode(hpack.Encoder().encode([("x-secret", "s", True)]))
     assert never_indexed == [("x-secret", "s", 41, REGULAR)] and ("x-secret", "s") not in http2_headers._shared_fields
 
