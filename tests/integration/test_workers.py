@@ -36,6 +36,15 @@ def workers_proxy(kube: Kube, tmp_path: Path) -> Iterator[ProxyProcess]:
         proxy.stop()
 
 
+async def _all_listening(workers: list[int], port: int) -> None:
+    """Wait until every worker holds a listening socket on `port`: start() returns once /readyz
+    answered on one worker, and the other may still be loading."""
+    deadline = time.monotonic() + 60
+    while listening(workers, port) != set(workers):
+        assert time.monotonic() < deadline, f"workers {workers} never all listened"
+        await asyncio.sleep(0.1)
+
+
 async def _requests_total(server: str, ctx: object, path_count: int) -> list[float]:
     """`path_count` scrapes of /metrics, each on a new connection: the requests counted for
     route `local`... summed over every label set of partition_proxy_requests_total."""
@@ -82,6 +91,9 @@ async def test_a_dead_worker_is_replaced_and_the_other_keeps_its_connections(kub
     assert workers_proxy.popen is not None
     popen = workers_proxy.popen
     workers = children(popen.pid)
+    # the survivor must be serving before the kill, or the port is briefly closed for a reason
+    # that is not the kill's (CI failed so once, stop 39)
+    await _all_listening(workers, workers_proxy.port)
     ctx = kube.client_ssl()
     async with aiohttp.ClientSession() as kept:  # one connection, held across the kill
         async with kept.get(f"{workers_proxy.server}/api/v1/namespaces", ssl=ctx) as r:
@@ -143,12 +155,9 @@ async def test_sighup_reloads_the_partition_set_in_every_worker_and_stops_none(k
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith('partition_proxy_partition_set_reloads_total{result="unchanged"}'))
 
-    # /readyz answered by one worker: the other may still be loading; a hang-up then is a
-    # reload once it has started (proxy.cli.run_proxy), but the count below waits for both
-    deadline = time.monotonic() + 60
-    while listening(workers, workers_proxy.port) != set(workers):
-        assert time.monotonic() < deadline, f"workers {workers} never all listened"
-        await asyncio.sleep(0.1)
+    # a hang-up before a worker has started is a reload once it has (proxy.cli.run_proxy), but
+    # the count below waits for both
+    await _all_listening(workers, workers_proxy.port)
     before = await reloads()
     workers_proxy.popen.send_signal(signal.SIGHUP)
     deadline = time.monotonic() + 30
