@@ -31,7 +31,9 @@ last it sent, so a client resuming from any RV issued while it lived gets them t
 Resuming: the ring keeps, per partition, a floor: the native RV after which it holds every
 event of that partition. A client vector R can be resumed when floor[i] <= R[i] <= vector[i] for
 every partition i; the events to replay are the ring's events whose native RV is above R's
-field for their partition, in ring order (so stamps strictly increase).
+field for their partition, in ring order (so stamps strictly increase). A vector another
+process issued may be incomparable with this ring's stamps; those events are replayed at the
+merge of the two (`events_after`).
 """
 
 from __future__ import annotations
@@ -575,8 +577,37 @@ class CacheStore:
         return all(vector[i] <= self._vector[i] for i in self.codec.live_slots)
 
     def events_after(self, vector: tuple[int, ...]) -> list[CachedEvent]:
-        """The ring's events after `vector`, in ring order (call when `resumable(vector)`)."""
-        return [e for e in self._ring if e.native_rv > vector[e.slot]]
+        """The ring's events after `vector`, in ring order (call when `resumable(vector)`).
+
+        `vector` may come from another process (a worker or replica) whose caches saw the
+        partitions' events interleaved otherwise: a replayed event's stamp can then be behind it
+        in some slot and encode to a smaller RV than the one the client holds (fields are most
+        significant first). Such events are replayed at the merge of their stamp and `vector`,
+        each field the greater: the client has seen everything up to `vector` already, so that
+        names the same position, and the RVs it receives keep growing (KEP-5504's order). Ring
+        stamps only grow, so when the first replayed event's stamp covers `vector` all do."""
+        events = [e for e in self._ring if e.native_rv > vector[e.slot]]
+        if not events or self._covers(events[0].stamp, vector):
+            return events
+        return [self._restamped(e, vector) for e in events]
+
+    def _covers(self, stamp: str, vector: tuple[int, ...]) -> bool:
+        """Whether `stamp` is at or past `vector` in every slot (an undecodable stamp: yes)."""
+        try:
+            at = self.codec.decode(stamp)
+        except rvcodec.RVError:
+            return True
+        return all(a >= v for a, v in zip(at, vector))
+
+    def _restamped(self, event: CachedEvent, vector: tuple[int, ...]) -> CachedEvent:
+        """`event` at the merge of its stamp and `vector` (events_after); as it was when no
+        epoch encodes that merge."""
+        try:
+            merged = [max(a, v) for a, v in zip(self.codec.decode(event.stamp), vector)]
+            stamp = self.codec.encode(merged)
+        except rvcodec.RVError:
+            return event
+        return dataclasses.replace(event, stamp=stamp, line=self.format.event(event.type, event.obj.raw, stamp))
 
     def debug(self, *, watchers: int) -> dict[str, Any]:
         """The figures /debug/caches reports for this cache (`watchers`: its cache watchers)."""

@@ -336,3 +336,25 @@ def test_a_protobuf_cache_sends_events_bookmarks_and_410_as_protobuf_frames() ->
     w.terminate("too old")
     [error] = _frames(w.take())
     assert error.type == "ERROR" and pb.status_fields(error.object).code == 410
+
+
+def test_a_watch_resumed_from_another_workers_rv_gets_rvs_that_keep_growing() -> None:
+    """Two workers' caches see rp1's and rp2's events interleaved otherwise. The client's RV
+    came from the worker that saw rp1 at 30 before rp2 at 40: (30, 25). Here rp2 came first,
+    so its event's own stamp (12, 40) encodes below (30, 25) (slot 0 is most significant); it
+    is replayed at (30, 40), and a resume from that position needs nothing it skipped. Seen as
+    one rv_regressions in the hour's soak (replica B's nodes watcher, after a restart)."""
+    for cache, obj in ((make_cache(), node), (make_protobuf_cache(), lambda name, rv: _pb_node(name, rv, {}))):
+        cache.apply("rp2", "MODIFIED", obj("b", 40))
+        cache.apply("rp1", "MODIFIED", obj("a", 30))
+        elsewhere = (30, 25)
+        assert cache.resumable(elsewhere)
+        [event] = cache.events_after(elsewhere)
+        assert (event.obj.name, event.native_rv) == ("b", 40)
+        assert decode(event.stamp) == (30, 40)
+        assert rvcodec.compare(event.stamp, CODEC.encode(elsewhere)) > 0
+        w = watcher(cache)
+        w.offer(event)
+        [line] = w.take()
+        assert CODEC.encode((30, 40)).encode() in line  # the line carries the merged RV too
+        assert [e.stamp for e in cache.events_after((12, 25))] == [CODEC.encode((12, 40)), CODEC.encode((30, 40))]  # this worker's own
