@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -196,12 +196,13 @@ def ephemeral_range(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range"))
         return 32768, 60999
 
 
-def _free_ports(n: int) -> list[int]:
+def _free_ports(n: int, avoid: Collection[int] = ()) -> list[int]:
     """n distinct free loopback TCP ports outside the kernel's ephemeral range (SERVER_PORTS,
-    less any overlap with it), picked at random and each bound until all are picked. Raises
-    FederationError when the range has fewer than n free."""
+    less any overlap with it) and other than `avoid` (ports another process was told to bind
+    later), picked at random and each bound until all are picked. Raises FederationError when
+    the range has fewer than n free."""
     first, last = ephemeral_range()
-    candidates = [q for q in range(*SERVER_PORTS) if not first <= q <= last]
+    candidates = [q for q in range(*SERVER_PORTS) if not first <= q <= last and q not in avoid]
     random.shuffle(candidates)
     socks: list[socket.socket] = []
     try:
@@ -260,8 +261,10 @@ class Federation:
         etcd_compaction_interval: str = "5m",
         extra_apiserver_flags: Sequence[str] = (),
         bin_dir: Path = DEFAULT_BIN_DIR,
+        avoid_ports: Collection[int] = (),
     ) -> None:
         self.root = Path(root).resolve()
+        self.avoid_ports = tuple(avoid_ports)  # e.g. the proxy's port, bound after the partitions
         self.bin_dir = Path(bin_dir).resolve()
         self.etcd_compaction_interval = etcd_compaction_interval
         self.extra_apiserver_flags = list(extra_apiserver_flags)
@@ -416,7 +419,7 @@ class Federation:
         pki = self.root / "pki"
         self._ca = ca = CertificateAuthority.create(pki, "partition-proxy-federation-ca")
         write_service_account_key(pki / "service-account.key")
-        ports = _free_ports(3 * len(self._names))
+        ports = _free_ports(3 * len(self._names), avoid=self.avoid_ports)
         self.partitions = []
         for i, (name, role) in enumerate(self._names):
             d = self.root / name

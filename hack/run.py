@@ -115,7 +115,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     started = time.monotonic()
-    fed = Federation(local / "federation")
+    fed = Federation(local / "federation", avoid_ports=(args.port,))  # the proxy binds it once they run
     proxy: ProxyProcess | None = None
     plane: ControlPlane | None = None
     try:

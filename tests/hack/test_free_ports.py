@@ -35,6 +35,18 @@ def test_a_port_in_use_is_never_picked_and_too_few_free_ones_fail(monkeypatch: p
             _free_ports(3)
 
 
+def test_a_port_another_process_will_bind_is_never_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make run` picks the partitions' ports before its proxy binds `--port` (hack.run): CI
+    once failed with the proxy's port already taken by a partition."""
+    monkeypatch.setattr(federation, "SERVER_PORTS", (20000, 30000))
+    port = _free_ports(1)[0]
+    monkeypatch.setattr(federation, "SERVER_PORTS", (port, port + 3))
+    for _ in range(10):
+        assert sorted(_free_ports(2, avoid=(port + 1,))) == [port, port + 2]
+    with pytest.raises(FederationError, match="fewer than 3 free loopback ports"):
+        _free_ports(3, avoid=(port,))
+
+
 def test_the_ephemeral_range_is_read_from_the_kernel_or_defaults(tmp_path: Path) -> None:
     f = tmp_path / "range"
     f.write_text("40000\t50000\n")
