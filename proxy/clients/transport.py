@@ -2,7 +2,9 @@
 written in one write, the answer parsed by llhttp (httptools).
 
 Owns, per endpoint: a pool of idle keep-alive connections (TLS, TCP keepalive; the most recent
-reused first, each closed IDLE_SECONDS after its last answer, as Go's `IdleConnTimeout`),
+reused first, each closed IDLE_SECONDS after its last answer, as Go's `IdleConnTimeout`, and
+one that ever read more than RECYCLE_AFTER_READ at once closed at the end of its answer: the TLS
+layer's buffers keep the largest read's size for the connection's life),
 opening new ones when none is idle, and the wire exchange of one request at a time per
 connection (no pipelining, as Go's net/http and aiohttp). Owns no policy: which endpoint, the circuit breaker,
 what an error means to the caller, and the request's headers are `proxy.clients.partition`'s.
@@ -68,6 +70,18 @@ MAX_IDLE_PER_ENDPOINT = 64
 # timeout (90 s, `IdleTimeout` in k8s.io/apiserver/pkg/server/secure_serving.go), so the proxy
 # never reuses a connection the partition is closing at that moment.
 IDLE_SECONDS = 60.0
+# bytes: a connection that once read more than this in one read is closed when its answer ends
+# instead of going back to the pool. uvloop's TLS transport keeps, for a connection's life, a
+# 256 KiB read buffer resident as far as its largest read touched it and an incoming memory BIO
+# as large as that read (`python -m bench.tls_memory`: 552 KiB resident per connection after a
+# 1 MiB answer, 38 KiB after a 2 KB one). A pooled connection that once carried a LIST page or a
+# burst of watch events kept that for as long as requests reused it, which under steady load is
+# until the partition restarts: replica A's RSS in the hour's soak crept up between a partition's
+# restarts and fell by 8-16 MiB at each (docs/benchmarks.md, "The creep between partition
+# restarts"). 64 KiB is four full TLS records: a kubelet's or a controller's GET, PUT or PATCH
+# answer is a fraction of that, so those connections stay pooled, and what a LIST page costs to
+# answer dwarfs one more TLS handshake.
+RECYCLE_AFTER_READ = 64 * 1024
 # requests with a whole answer in flight per endpoint (see the module docstring): equal to the
 # idle connections kept, so every connection a burst opens is kept for the next burst; at
 # ~10 ms per answer it carries ~6,000 requests a second to one partition, above what a
@@ -117,7 +131,7 @@ class _Connection(asyncio.BufferedProtocol):
     __slots__ = (
         "_endpoint", "_parser", "_buffer", "transport", "closed", "_headers", "head", "_chunks", "_buffered", "_waiter",
         "complete", "error", "keep_alive", "_paused", "_drain", "deadline", "_why", "_last_read", "_inactivity", "idle_since", "loop",
-        "slot",
+        "slot", "largest_read",
     )
 
     def __init__(self, endpoint: Endpoint, loop: asyncio.AbstractEventLoop) -> None:
@@ -143,6 +157,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._inactivity = 0.0
         self.idle_since = 0.0  # loop time it went back to its pool
         self.slot = False  # it carries a request holding one of its endpoint's slots
+        self.largest_read = 0  # bytes: the most one read brought (RECYCLE_AFTER_READ)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -153,6 +168,8 @@ class _Connection(asyncio.BufferedProtocol):
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        if nbytes > self.largest_read:
+            self.largest_read = nbytes
         self.data_received(self._buffer[:nbytes])
 
     def data_received(self, data: bytes | memoryview) -> None:
@@ -293,11 +310,13 @@ class _Connection(asyncio.BufferedProtocol):
 
     def finish(self) -> None:
         """The caller is done with the answer: the connection goes back to its endpoint's pool if
-        the answer ended cleanly and may be followed by another, else it is closed."""
+        the answer ended cleanly and may be followed by another, and no read of its life was
+        larger than RECYCLE_AFTER_READ; else it is closed."""
         self._endpoint.idle(self)
         self.head = None
         self._waiter = None
-        if self.complete and self.keep_alive and self.error is None and not self.closed:
+        if (self.complete and self.keep_alive and self.error is None and not self.closed
+                and self.largest_read <= RECYCLE_AFTER_READ):
             self._chunks.clear()
             self._buffered = 0
             if self._paused and self.transport is not None:
