@@ -196,13 +196,35 @@ def ephemeral_range(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range"))
         return 32768, 60999
 
 
+# ports _free_ports handed out in this process. A port picked for a server that starts minutes
+# later (the soak prepares the ports of the partitions that join during the run) is unbound
+# meanwhile, and a pick in between must not take it: the soak's kube-controller-manager, started
+# after the federation picked rp3's ports, once took rp3's kube-apiserver port, and the join
+# failed with EADDRINUSE. Handed out again only once every other port of the range is.
+_handed_out: set[int] = set()
+
+
 def _free_ports(n: int, avoid: Collection[int] = ()) -> list[int]:
     """n distinct free loopback TCP ports outside the kernel's ephemeral range (SERVER_PORTS,
-    less any overlap with it) and other than `avoid` (ports another process was told to bind
-    later), picked at random and each bound until all are picked. Raises FederationError when
-    the range has fewer than n free."""
+    less any overlap with it), other than `avoid` (ports another process was told to bind
+    later) and, while enough others are free, than every port this process was handed before;
+    picked at random and each bound until all are picked. Raises FederationError when the
+    range has fewer than n free."""
     first, last = ephemeral_range()
-    candidates = [q for q in range(*SERVER_PORTS) if not first <= q <= last and q not in avoid]
+    usable = [q for q in range(*SERVER_PORTS) if not first <= q <= last and q not in avoid]
+    ports = _bind_some([q for q in usable if q not in _handed_out], n)
+    if ports is None:
+        _handed_out.clear()
+        ports = _bind_some(usable, n)
+    if ports is None:
+        raise FederationError(f"fewer than {n} free loopback ports in {SERVER_PORTS[0]}-{SERVER_PORTS[1] - 1} outside the ephemeral range {first}-{last}")
+    _handed_out.update(ports)
+    return ports
+
+
+def _bind_some(candidates: list[int], n: int) -> list[int] | None:
+    """n of `candidates` that could be bound, picked at random (each bound until all are
+    picked, then released); None when fewer than n could."""
     random.shuffle(candidates)
     socks: list[socket.socket] = []
     try:
@@ -216,9 +238,7 @@ def _free_ports(n: int, avoid: Collection[int] = ()) -> list[int]:
                 s.close()
                 continue
             socks.append(s)
-        if len(socks) < n:
-            raise FederationError(f"fewer than {n} free loopback ports in {SERVER_PORTS[0]}-{SERVER_PORTS[1] - 1} outside the ephemeral range {first}-{last}")
-        return [s.getsockname()[1] for s in socks]
+        return [s.getsockname()[1] for s in socks] if len(socks) == n else None
     finally:
         for s in socks:
             s.close()
