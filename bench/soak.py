@@ -320,7 +320,7 @@ def set_up(p: Params, root: Path, joining: tuple[str, ...]) -> World:
                                     world.clients, ramp=p.ramp, lease_interval=10.0, status_interval=60.0)
         wait_fleets_open(world.fleets, FLEET_OPEN_TIMEOUT + p.kubelets / p.ramp)
         world.setup_s["fleet_open"] = round(time.monotonic() - t, 1)
-        log(f"{p.kubelets} kubelets have every watch open after {world.setup_s['fleet_open']} s")
+        log(f"{p.kubelets} kubelets have every watch open and renewed their Leases after {world.setup_s['fleet_open']} s")
     except BaseException:
         world.stop()
         raise
@@ -328,6 +328,9 @@ def set_up(p: Params, root: Path, joining: tuple[str, ...]) -> World:
 
 
 def wait_fleets_open(fleets: Sequence[Fleet], timeout: float) -> None:
+    """Until every kubelet of `fleets` has all its watches open and has renewed its Lease at
+    least once (the Lease checker's premise: the fixtures' Leases carry an old renewTime, so a
+    Lease not yet renewed reads as expired). Raises RuntimeError after `timeout` seconds."""
     import orjson
 
     deadline = time.monotonic() + timeout
@@ -336,13 +339,14 @@ def wait_fleets_open(fleets: Sequence[Fleet], timeout: float) -> None:
         for fleet in fleets:
             if fleet.proc.poll() is not None:
                 raise RuntimeError(f"fleet {fleet.name} exited with {fleet.proc.returncode}")
-            with contextlib.suppress(OSError, ValueError):
-                if orjson.loads(fleet.status_file.read_bytes())["kubelets_all_open"] >= fleet.kubelets:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                status = orjson.loads(fleet.status_file.read_bytes())
+                if status["kubelets_all_open"] >= fleet.kubelets and status["kubelets_renewed"] >= fleet.kubelets:
                     done += 1
         if done == len(fleets):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the fleets' kubelets did not all open their watches within {timeout:.0f} s")
+            raise RuntimeError(f"the fleets' kubelets did not all open their watches and renew their Leases within {timeout:.0f} s")
         time.sleep(1)
 
 
@@ -469,7 +473,7 @@ async def _soak(run: Run) -> dict[str, Any]:
     run.spawn(sampler.run_fleets(FLEET_SAMPLE_SECONDS), "fleet-sampler")
     leases = LeaseSampler(lambda: {x: (fed.partition(x).server, run.partition_session(x)) for x in RESOURCE_PARTITIONS}, clock,
                           select=lambda n: FLEET_NODE_INFIX in n or KWOK_NODE_INFIX in n)
-    leases.active = True  # the fleets had every watch open (set_up), so every kubelet has renewed
+    leases.active = True  # every kubelet had its watches open and had renewed its Lease (set_up)
     run.spawn(leases.run(LEASE_SAMPLE_SECONDS), "lease-sampler")
     churn = Churn(servers, run.admin, run.errors)
     await churn.setup()

@@ -1121,10 +1121,12 @@ type fleetPoint struct {
 	// OldestRenewAgeS: the largest (now - last successful renewal) over the kubelets that
 	// renewed at least once, seconds.
 	OldestRenewAgeS float64 `json:"oldest_renew_age_s"`
-	Errors          int     `json:"errors"`
-	MarkNs          int64   `json:"mark_ns"`
-	Recovered       int     `json:"recovered_since_mark"`
-	RecoveredS      float64 `json:"all_recovered_s"` // from the mark to the last kubelet recovered; -1 until all did
+	// Renewed: the kubelets that renewed their Lease at least once.
+	Renewed    int     `json:"kubelets_renewed"`
+	Errors     int     `json:"errors"`
+	MarkNs     int64   `json:"mark_ns"`
+	Recovered  int     `json:"recovered_since_mark"`
+	RecoveredS float64 `json:"all_recovered_s"` // from the mark to the last kubelet recovered; -1 until all did
 	// ErrorsByClass: Errors by class ("update leases: 503", ...), in the status file only (a
 	// reader that samples it every second sees which failures fell in which second).
 	ErrorsByClass map[string]int `json:"errors_by_class,omitempty"`
@@ -1312,7 +1314,7 @@ func (f *fleetRun) sample() fleetPoint {
 	p := fleetPoint{
 		TS: round3(now.Sub(f.t0).Seconds()), TUnixNs: now.UnixNano(), Kubelets: len(f.o.nodes), Started: len(kubelets),
 		AllOpen: f.allOpen.Load(), EverAllOpen: f.everAllOpen.Load(), OpenWatches: f.openWatches.Load(),
-		LeaseOK: ok, LeaseFailed: failed, OldestRenewAgeS: oldestRenewAge(kubelets, now),
+		LeaseOK: ok, LeaseFailed: failed, OldestRenewAgeS: oldestRenewAge(kubelets, now), Renewed: renewedOnce(kubelets),
 		Errors: f.errs.total(), MarkNs: f.markNs.Load(), RecoveredS: -1,
 	}
 	if p.MarkNs > 0 {
@@ -1342,6 +1344,17 @@ func oldestRenewAge(kubelets []*fleetKubelet, now time.Time) float64 {
 		}
 	}
 	return round3(oldest)
+}
+
+// renewedOnce counts the kubelets that renewed their Lease at least once.
+func renewedOnce(kubelets []*fleetKubelet) int {
+	n := 0
+	for _, k := range kubelets {
+		if k.renewNs.Load() > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // writeStatusFile writes p as JSON to path through a temporary file renamed over it (a reader
