@@ -336,17 +336,21 @@ def wait_fleets_open(fleets: Sequence[Fleet], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         done = 0
+        progress = []
         for fleet in fleets:
             if fleet.proc.poll() is not None:
                 raise RuntimeError(f"fleet {fleet.name} exited with {fleet.proc.returncode}")
             with contextlib.suppress(OSError, ValueError, KeyError):
                 status = orjson.loads(fleet.status_file.read_bytes())
-                if status["kubelets_all_open"] >= fleet.kubelets and status["kubelets_renewed"] >= fleet.kubelets:
+                opened, renewed = status["kubelets_all_open"], status["kubelets_renewed"]
+                progress.append(f"{fleet.name}: {opened} all open, {renewed} renewed of {fleet.kubelets}")
+                if opened >= fleet.kubelets and renewed >= fleet.kubelets:
                     done += 1
         if done == len(fleets):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the fleets' kubelets did not all open their watches and renew their Leases within {timeout:.0f} s")
+            raise RuntimeError(f"the fleets' kubelets did not all open their watches and renew their Leases within "
+                               f"{timeout:.0f} s ({'; '.join(progress)})")
         time.sleep(1)
 
 
