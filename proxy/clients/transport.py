@@ -77,7 +77,7 @@ IDLE_SECONDS = 60.0
 # 1 MiB answer, 38 KiB after a 2 KB one). A pooled connection that once carried a LIST page or a
 # burst of watch events kept that for as long as requests reused it, which under steady load is
 # until the partition restarts: replica A's RSS in the hour's soak crept up between a partition's
-# restarts and fell by 8-16 MiB at each (docs/benchmarks.md, "The creep between partition
+# restarts and fell by 8-16 MiB at most of them (docs/benchmarks.md, "The creep between partition
 # restarts"). 64 KiB is four full TLS records: a kubelet's or a controller's GET, PUT or PATCH
 # answer is a fraction of that, so those connections stay pooled, and what a LIST page costs to
 # answer dwarfs one more TLS handshake.
