@@ -390,11 +390,14 @@ class Federation:
         stop_processes([p.popen for p in procs], _STOP_GRACE_SECONDS)
         self._wait([self._start_etcd(self.partition(name))], _etcd_ready, time.monotonic() + timeout)
 
-    def start_apiserver(self, name: str, timeout: float = 60.0) -> None:
-        """Start a stopped partition's kube-apiserver again and wait (seconds) until it is ready.
-        Raises FederationError."""
+    def start_apiserver(self, name: str, timeout: float = 60.0, *, wait: bool = True) -> None:
+        """Start a stopped partition's kube-apiserver again and wait (seconds) until it is ready;
+        `wait=False` returns once it is spawned (`wait_apiserver_ready` waits later). Raises
+        FederationError."""
         partition = self.partition(name)
-        self._wait([self._start_apiserver(partition)], self._apiserver_ready, time.monotonic() + timeout)
+        proc = self._start_apiserver(partition)
+        if wait:
+            self._wait([proc], self._apiserver_ready, time.monotonic() + timeout)
 
     def wait_apiserver_ready(self, name: str, timeout: float = 60.0) -> None:
         """Poll a running partition's kube-apiserver /readyz (straight, as its admin) until 200,

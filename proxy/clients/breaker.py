@@ -3,8 +3,10 @@
 A partition that fails `failures` calls in a row (connection refused or reset, TLS failure, no
 answer within its deadline) is marked down for `open_seconds`: calls it owns fail at once with
 `PartitionMarkedDown` instead of each waiting for its own timeout. After that window one call is
-let through (half-open); its success closes the breaker, its failure opens it again. Calls owned
-by other partitions never notice.
+let through (half-open); its success closes the breaker, its failure opens it again. The client
+makes that trial ask the partition's `/readyz` first (`proxy.clients.partition`): a partition
+that answers but is not ready yet stays marked down (`not_ready`) and is asked again sooner than
+a failure's window. Calls owned by other partitions never notice.
 
 Callers outside this layer never pair `allow()` with an outcome by hand: `attempt()` is a
 context manager that records the outcome on the way out, so no early return, cancellation or
@@ -93,6 +95,15 @@ class CircuitBreaker:
     def abandon(self) -> None:
         """A call ended without a verdict (cancelled, or a bug): its half-open trial is free again."""
         self.trial_in_flight = False
+
+    def not_ready(self, retry_seconds: float) -> None:
+        """The half-open trial found the partition answering but not ready (its readiness check
+        failed): it stays marked down, its trial given back, and is tried again after
+        `retry_seconds` (at most `open_seconds`): a kube-apiserver that listens is ready within
+        seconds, and a whole failure's window would only lengthen the outage."""
+        self.consecutive = max(self.consecutive, self.failures)
+        self.trial_in_flight = False
+        self.open_until = self.clock() + min(retry_seconds, self.open_seconds)
 
     def failure(self) -> None:
         self.consecutive += 1

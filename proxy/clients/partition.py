@@ -20,7 +20,12 @@ Every call is an async context manager that records its outcome with the breaker
 
 Entering raises `PartitionMarkedDown` (breaker open), `PartitionUnreachable` or
 `PartitionTimedOut` (after recording the failure); the answer's headers arriving records a
-success. A connection that cannot be made moves to the next endpoint at once, and a request
+success. The call that makes a marked-down partition's half-open trial first asks the endpoint's
+`/readyz`, as a load balancer in front of kube-apiservers gates them on their readiness probe: a
+restarted kube-apiserver listens before it is ready and, until its RBAC informers have synced,
+answers 403 to whatever the proxy impersonates (kubernetes/kubernetes#101422 gave that denial
+its reason, "informers not synced"); so it stays marked down until `/readyz` passes, asked again
+every READINESS_PERIOD_SECONDS. A connection that cannot be made moves to the next endpoint at once, and a request
 whose body can be sent again (bytes, or none) is tried there too: nothing was sent. A GET
 whose reused connection broke before any answer is sent once more on a new connection. Reading the
 body raises `StreamBroken` (mid-stream failures are not the partition failing: its breaker is
@@ -80,6 +85,12 @@ _SPLITS_TARGET = re.compile(r"[\s]")
 _TICKS_PER_TIMEOUT = 10
 _MIN_TICK = 0.01
 _MAX_TICK = 1.0
+# The readiness probe of a half-open trial (see the module docstring): kubeadm's readinessProbe
+# of kube-apiserver (cmd/kubeadm/app/util/staticpod/utils.go `ReadinessProbe`: /readyz, a 15 s
+# timeout, every 1 s). Seconds; the timeout is also capped by the request timeout.
+READYZ_PATH = "/readyz"
+READINESS_TIMEOUT_SECONDS = 15.0
+READINESS_PERIOD_SECONDS = 1.0
 # Headers the transport writes itself (framing and the proxy's own credential): never copied
 # from what a caller passes.
 _TRANSPORT_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "authorization"})
@@ -222,6 +233,7 @@ class PartitionClient:
             f" HTTP/1.1\r\nHost: {url.raw_authority}\r\n" + (f"Authorization: {self._auth}\r\n" if self._auth else "")
             for url in self.endpoints
         )
+        self._readyz_heads = tuple(f"GET {prefix}{READYZ_PATH}{fixed}\r\n".encode() for prefix, fixed in zip(self._prefixes, self._fixed))
 
     @property
     def base_url(self) -> URL:
@@ -317,12 +329,15 @@ class PartitionClient:
             head = self._head(index, call, body)
             if not breaker.allow():
                 raise PartitionMarkedDown(self.name, "marked down after repeated failures", self.retry_after(), breaker.remaining())
+            trial = breaker.trial_in_flight  # allow() has just given this call the half-open trial (plain defs: atomic)
+            exchange = None
             try:
-                exchange = await self._transports[index].exchange(
-                    head, body, head_timeout=timeouts.request, total_timeout=None if watch else timeouts.request,
-                    inactivity=timeouts.watch_inactivity if watch else None,
-                    replayable=replayable and call.method in _REPLAYABLE,
-                )
+                if not trial or await self._ready(index):
+                    exchange = await self._transports[index].exchange(
+                        head, body, head_timeout=timeouts.request, total_timeout=None if watch else timeouts.request,
+                        inactivity=timeouts.watch_inactivity if watch else None,
+                        replayable=replayable and call.method in _REPLAYABLE,
+                    )
             except ConnectFailed as exc:
                 breaker.failure()
                 # Nothing was sent: the next endpoint may take the request, even a mutating one.
@@ -342,8 +357,30 @@ class PartitionClient:
             except BaseException:
                 breaker.abandon()
                 raise
+            if exchange is None:  # the trial's endpoint answers but is not ready: nothing was sent
+                breaker.not_ready(READINESS_PERIOD_SECONDS)
+                self._rotate()
+                raise PartitionMarkedDown(self.name, "not ready: its /readyz check fails", self.retry_after(), breaker.remaining())
             breaker.success()
             return exchange
+
+    async def _ready(self, index: int) -> bool:
+        """Whether endpoint `index` is ready to serve: its GET /readyz with the proxy's own
+        credential answers 200. kube-apiserver answers 500 while one of its checks fails
+        (informers not synced, etcd unreachable, shutting down), and in its first ~0.1 s of
+        listening even 403, although /readyz is always allowed once it runs
+        (`--authorization-always-allow-paths`): measured in tests/faults/test_recovery.py, where
+        a read straight at the restarted kube-apiserver got 403 at the same instants. Raises the
+        transport's errors, as a call would."""
+        timeout = min(self._timeouts.request, READINESS_TIMEOUT_SECONDS)
+        exchange = await self._transports[index].exchange(
+            self._readyz_heads[index], None, head_timeout=timeout, total_timeout=timeout, inactivity=None, replayable=True,
+        )
+        try:
+            await exchange.read()
+        finally:
+            exchange.finish()
+        return exchange.status == 200
 
     async def read_whole(
         self, method: str, path: str, *, query: str = "", headers: Mapping[str, str] | None = None,

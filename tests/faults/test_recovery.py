@@ -9,16 +9,22 @@ and every later request of the partition got 503 for good, while /readyz said it
 from __future__ import annotations
 
 import asyncio
+import collections
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from hack.federation import PROXY_ADMINS_GROUP
+from hack.proxy_process import ProxyProcess
 from tests.federation import Kube, proxy_request, running_federation
 
 OPEN_SECONDS = 2.0  # failure.breaker_open_seconds of this module's proxy
+QUICK_OPEN_SECONDS = 0.05  # the same, of the proxy a restart test reads through
 FAILURES = 2  # failure.breaker_failures
 
 
@@ -118,6 +124,71 @@ async def test_a_forward_refused_for_its_resource_version_as_the_half_open_trial
     assert (code, doc.get("reason")) == (409, "Conflict"), doc
     served = await _served_again_within(kube, namespace, opened + OPEN_SECONDS + 1)
     assert served - opened <= OPEN_SECONDS + 1
+
+
+async def test_a_restarted_partition_gets_no_request_before_its_readyz_passes(kube: Kube, unique: str, tmp_path: Path) -> None:
+    """A kube-apiserver listens before it is ready, and until its RBAC informers synced it
+    refuses with 403 whatever the proxy impersonates (the proxy's permission to impersonate is
+    an RBAC binding). Reads made all through tp2's restart: through the proxy they are answered
+    503 (marked down, with Retry-After) or served, never 403; the same reads straight at tp2 with
+    the proxy's own credential and impersonation headers are the reference (they show what the
+    proxy would have passed on, and that the reads spanned the start-up). The not-ready window
+    lasts ~0.1 s on a quiet machine, so the proxy read through is one whose breaker lets a trial
+    through every QUICK_OPEN_SECONDS (without its /readyz probe, such trials land in the window)."""
+    namespace = f"whiskey-{unique}"  # a tp2 tenant
+    kube.kubectl("create", "namespace", namespace)
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    tp2 = kube.fed.partition("tp2")
+    quick = ProxyProcess(kube.fed, tmp_path / "quick-breaker", extra={
+        "failure": {"breaker_open_seconds": QUICK_OPEN_SECONDS, "breaker_failures": 1},
+        "upstream": {"connect_timeout_seconds": 1, "request_timeout_seconds": 5}}).start()
+    direct_ssl = ssl.create_default_context(cafile=str(kube.fed.ca_file))
+    direct_ssl.load_cert_chain(*map(str, tp2.proxy_cert))
+    impersonation = {"Impersonate-User": "admin", "Impersonate-Group": PROXY_ADMINS_GROUP}
+    through: collections.Counter[int] = collections.Counter()
+    direct: collections.Counter[int | str] = collections.Counter()
+    forbidden_through: list[str] = []
+    await _cut_tp2_until_marked_down(kube, namespace)
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(timeout=timeout) as proxy_session, aiohttp.ClientSession(timeout=timeout) as direct_session:
+        proxy_ssl = kube.client_ssl()
+
+        async def via_proxy() -> int:
+            async with proxy_session.get(quick.server + path, ssl=proxy_ssl) as r:
+                body = await r.text()
+                if r.status == 403:
+                    forbidden_through.append(body)
+                return r.status
+
+        async def straight() -> int | str:
+            try:
+                async with direct_session.get(tp2.server + path, ssl=direct_ssl, headers=impersonation) as r:
+                    await r.read()
+                    return r.status
+            except aiohttp.ClientConnectionError:
+                return "refused"
+
+        for _ in range(3):  # marked down in the quick proxy too
+            assert await via_proxy() == 503
+        kube.fed.start_apiserver("tp2", wait=False)
+        try:
+            served_since: float | None = None
+            deadline = time.monotonic() + 60
+            while served_since is None or time.monotonic() < served_since + 2 * OPEN_SECONDS:
+                assert time.monotonic() < deadline, f"tp2 not served through the proxy within 60 s: {dict(through)}, straight {dict(direct)}"
+                code, straight_code = await asyncio.gather(via_proxy(), straight())
+                through[code] += 1
+                direct[straight_code] += 1
+                if code == 200 and served_since is None:
+                    served_since = time.monotonic()
+                await asyncio.sleep(0.02)
+        finally:
+            kube.fed.wait_apiserver_ready("tp2")
+            quick.stop()
+    print(f"through the proxy: {dict(through)}; straight at tp2 with the proxy's credential: {dict(direct)}")
+    assert not forbidden_through, forbidden_through[:3]
+    assert set(through) <= {200, 503}, dict(through)
+    assert direct["refused"] > 0 and direct[200] > 0, dict(direct)  # the reads spanned the start-up
 
 
 async def _readyz(kube: Kube) -> str:

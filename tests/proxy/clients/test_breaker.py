@@ -102,3 +102,26 @@ def test_a_trial_cancelled_mid_call_does_not_cut_the_partition_off() -> None:
     with pytest.raises(asyncio.CancelledError), b.attempt((Transport,)):
         raise asyncio.CancelledError()
     assert b.allow()
+
+
+def test_a_trial_that_finds_the_partition_not_ready_keeps_it_down_for_a_shorter_window() -> None:
+    b, clock = breaker(failures=3, open_seconds=5.0)
+    for _ in range(3):
+        fail(b)
+    clock.now += 5.0
+    assert b.allow() and b.trial_in_flight  # the half-open trial
+    b.not_ready(1.0)
+    assert b.is_open and not b.trial_in_flight and b.remaining() == 1.0
+    clock.now += 1.0
+    assert b.state == "half-open" and b.allow()  # asked again after 1 s, not after 5
+    b.success()
+    assert b.state == "closed"
+
+
+def test_not_ready_never_waits_longer_than_a_failures_window() -> None:
+    b, clock = breaker(failures=1, open_seconds=0.5)
+    fail(b)
+    clock.now += 0.5
+    assert b.allow()
+    b.not_ready(1.0)
+    assert b.remaining() == 0.5

@@ -154,11 +154,12 @@ async def test_failures_in_a_row_mark_the_partition_down_and_then_nothing_is_sen
 
 
 async def test_a_recovered_partition_is_served_again_by_its_half_open_trial(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
-    calls = 0
+    seen: list[tuple[str, str | None]] = []
 
     async def handler(request: web.Request) -> web.Response:
-        nonlocal calls
-        calls += 1
+        seen.append((request.path, request.headers.get("Authorization")))
+        if request.path == "/readyz":
+            return web.Response(text="ok")
         return web.Response(status=500, text="up, but unhappy")  # any HTTP answer means the partition is up
 
     clock = Clock()
@@ -167,10 +168,81 @@ async def test_a_recovered_partition_is_served_again_by_its_half_open_trial(aioh
     with pytest.raises(PartitionMarkedDown):
         async with client.request("GET", "/x"):
             pass
+    assert seen == []
     clock.now += 5.0
     async with client.request("GET", "/x") as answer:
         assert answer.status == 500
-    assert not client.is_marked_down and client.health == "up" and calls == 1
+    assert not client.is_marked_down and client.health == "up"
+    # the trial asked /readyz first, with the proxy's own credential; once closed, calls go straight
+    async with client.request("GET", "/y"):
+        pass
+    assert seen == [("/readyz", "Bearer proxy-token"), ("/x", "Bearer proxy-token"), ("/y", "Bearer proxy-token")]
+
+
+async def test_a_partition_that_answers_but_is_not_ready_gets_no_call_until_its_readyz_passes(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    # A restarted kube-apiserver listens before it is ready: until its RBAC informers synced it
+    # answers 403 to whatever the proxy impersonates, and its /readyz answers 500 meanwhile.
+    ready = False
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        if request.path == "/readyz":
+            return web.Response(text="ok") if ready else web.Response(status=500, text="[-]informer-sync failed: reason withheld")
+        return web.Response(text="served")
+
+    clock = Clock()
+    client = make_client(await serve(aiohttp_server, handler), failures=1, clock=clock)
+    client.breaker.failure()
+    clock.now += 5.0  # the window ended: the next call is the trial
+    with pytest.raises(PartitionMarkedDown, match="not ready") as raised:
+        async with client.request("PUT", "/lease", body=b"{}"):
+            pass
+    assert seen == ["/readyz"] and client.is_marked_down and client.breaker.remaining() == 1.0
+    assert raised.value.retry_after == 1
+    clock.now += 0.5
+    with pytest.raises(PartitionMarkedDown):  # still within the second: not even asked
+        async with client.request("PUT", "/lease", body=b"{}"):
+            pass
+    assert seen == ["/readyz"]
+    ready = True
+    clock.now += 0.5
+    async with client.request("PUT", "/lease", body=b"{}") as answer:
+        assert await answer.read() == b"served"
+    assert seen == ["/readyz", "/readyz", "/lease"] and client.health == "up"
+
+
+@pytest.mark.parametrize("status", [403, 429, 503])
+async def test_only_a_readyz_answered_200_lets_the_trial_through(status: int, aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    # kube-apiserver answers /readyz 403 in its first instants of listening (its authorizers
+    # not all in place yet), although the path is always allowed once it runs.
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        if request.path == "/readyz":
+            return web.Response(status=status)
+        return web.Response(text="served")
+
+    clock = Clock()
+    client = make_client(await serve(aiohttp_server, handler), failures=1, clock=clock)
+    client.breaker.failure()
+    clock.now += 5.0
+    with pytest.raises(PartitionMarkedDown, match="not ready"):
+        async with client.request("GET", "/x"):
+            pass
+    assert seen == ["/readyz"] and client.is_marked_down
+
+
+async def test_a_trial_whose_readyz_finds_nothing_listening_counts_as_a_failure(make_client: MakeClient) -> None:
+    clock = Clock()
+    client = make_client(URL(f"http://127.0.0.1:{free_port()}"), failures=1, clock=clock)
+    client.breaker.failure()
+    clock.now += 5.0
+    with pytest.raises(PartitionUnreachable):
+        async with client.request("GET", "/x"):
+            pass
+    assert client.is_marked_down and client.breaker.remaining() == 5.0  # a whole failure's window
 
 
 async def test_a_request_without_an_answer_in_time_times_out_and_counts_against_the_breaker(aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
