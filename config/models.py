@@ -372,8 +372,10 @@ class FailureConfig(_Model):
     # share from a watch cache when one holds it) with a Warning; "unavailable" answers 503.
     union_policy: Literal["partial", "unavailable"] = "partial"
     # requests served at once per class, beyond which the proxy answers 429 with Retry-After.
-    # Mutating and read-only requests each hold an upstream connection for milliseconds;
-    # long-running ones (watches, follows) for minutes, and are bounded per identity too.
+    # Mutating and read-only requests each hold an upstream connection for milliseconds, and
+    # are bounded per partition (as each kube-apiserver bounds its own: a stalled partition
+    # fills only its own budget; requests to several partitions share one more; proxy.overload);
+    # long-running ones (watches, follows) hold for minutes, bounded for the whole process.
     max_inflight_mutating: int = Field(default=200, ge=1)
     max_inflight_readonly: int = Field(default=400, ge=1)
     max_inflight_long_running: int = Field(default=50_000, ge=1)

@@ -1,6 +1,6 @@
 """The request pipeline, assembled in one place.
 
-    observe -> limits -> authenticate -> overload -> route -> impersonate -> watch_limits -> dispatch
+    observe -> limits -> authenticate -> route -> overload -> impersonate -> watch_limits -> dispatch
 
 (`proxy.pipeline.steps`, `proxy.pipeline.dispatch`). Every front end (HTTP/1.1, HTTP/2) hands
 each request to `Pipeline.handle` with a writer of its own; the proxy's own endpoints
@@ -35,8 +35,8 @@ def default_steps(ctx: ProxyContext) -> list[Step]:
         steps.Observe(ctx.metrics),
         steps.Limits(config.limits),
         steps.Authenticate(ctx.authn),
-        steps.Overload(ctx.overload, ctx.metrics),
         steps.Route(lambda: ctx.routing, config.limits.max_body_bytes),
+        steps.Overload(ctx.overload, ctx.metrics),
         steps.Impersonate(ctx.authz),
         steps.WatchLimits(ctx.watches),
     ]

@@ -1,7 +1,7 @@
 """The steps of the request pipeline, in the order `proxy.pipeline.chain` runs them (kcp's handler
 chain is the model):
 
-    observe -> limits -> authenticate -> overload -> route -> impersonate -> watch_limits -> dispatch
+    observe -> limits -> authenticate -> route -> overload -> impersonate -> watch_limits -> dispatch
 
 Each step is a small class holding what it needs (given at start-up), called with the exchange;
 it returns True when it answered (the chain stops there) and False to let the next step run.
@@ -23,7 +23,7 @@ from proxy.authn import Authenticator
 from proxy.authz import Authorizer, impersonate, impersonation_request
 from proxy.messages import Exchange, Outcome
 from proxy.metrics import Metrics
-from proxy.overload import InflightLimiter, Overloaded, request_class
+from proxy.overload import FAN_OUT, InflightLimiter, Overloaded, request_class
 from proxy.watch_limits import TooManyWatches, WatchLimiter
 from routing.bodies import body_facts
 from routing.decide import RouteKind, RoutingState, decide
@@ -97,22 +97,26 @@ class Authenticate:
 
 
 class Overload:
-    """Bounded in-flight requests per class and identity (`proxy.overload`): 429 beyond them."""
+    """Bounded in-flight requests per class and partition, and per identity (`proxy.overload`):
+    429 beyond them. After `Route`: the partition a request goes to picks its budget (a request
+    to several partitions has a budget of its own)."""
 
     def __init__(self, limiter: InflightLimiter, metrics: Metrics) -> None:
         self.limiter = limiter
         self.metrics = metrics
 
     async def __call__(self, ex: Exchange) -> bool:
-        assert ex.identity is not None
+        assert ex.identity is not None and ex.route is not None
+        route = ex.route
         klass, user = request_class(ex.request.method, ex.long_running), ex.identity.user
+        partition = route.partitions[0] if route.kind is RouteKind.FORWARD else FAN_OUT
         try:
-            self.limiter.acquire(klass, user)
+            self.limiter.acquire(klass, user, partition)
         except Overloaded as exc:
             self.metrics.rejected.labels(exc.request_class, exc.reason).inc()
             await ex.respond(answers.too_many_requests(f"too many requests: {exc}"))
             return True
-        ex.hold(self.limiter.release, klass, user)
+        ex.hold(self.limiter.release, klass, user, partition)
         return False
 
 

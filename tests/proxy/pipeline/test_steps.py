@@ -19,7 +19,7 @@ from proxy.authz import Decision
 from proxy.identity import Identity
 from proxy.metrics import Metrics
 from proxy.messages import Answer, Exchange, Headers, Outcome, Request
-from proxy.overload import InflightLimiter
+from proxy.overload import InflightLimiter, Overloaded
 from proxy.pipeline import steps
 from proxy.pipeline.chain import Pipeline
 from proxy.watch_limits import WatchLimiter
@@ -165,18 +165,58 @@ async def test_authenticate_reads_the_verified_client_certificate() -> None:
 # --- overload -----------------------------------------------------------------------------------
 
 
+async def routed_exchange(method: str = "GET", path: str = "/api/v1/namespaces/alpha-web/pods", **kwargs: Any) -> Exchange:
+    """An exchange that went through the Route step, as the Overload step gets it."""
+    ex = exchange(method, path, **kwargs)
+    assert await passes(steps.Route(lambda: ROUTING, 1000), ex)
+    return ex
+
+
 async def test_overload_admits_up_to_the_class_limit_then_answers_429_with_retry_after() -> None:
     limiter = InflightLimiter(FailureConfig(max_inflight_readonly=1))
     metrics = Metrics.create()
     step = steps.Overload(limiter, metrics)
-    first = exchange()
+    first = await routed_exchange()
     assert await passes(step, first)  # holds its slot until it closes
-    second = exchange()
+    second = await routed_exchange()
     assert not await passes(step, second)
     assert writer(second).only["_status"] == 429 and writer(second).only["_headers"]["Retry-After"] == "1"
+    assert "read-only requests to tp1 at their in-flight limit" in writer(second).only["message"]
     assert metrics.rejected.labels("read-only", "class")._value.get() == 1
     first.close(Outcome.DONE)  # the slot is given back
-    assert await passes(step, exchange())
+    assert await passes(step, await routed_exchange())
+
+
+async def test_overload_budgets_are_per_partition_so_a_stalled_partition_refuses_only_its_own() -> None:
+    # A partition that stalls holds the requests sent to it until their clients give up: it
+    # may fill its own budget, not the other partitions' (each kube-apiserver bounds its own).
+    limiter = InflightLimiter(FailureConfig(max_inflight_mutating=2, max_inflight_readonly=2))
+    step = steps.Overload(limiter, Metrics.create())
+    stalled = [await routed_exchange("PUT", f"/api/v1/namespaces/nova-web/configmaps/c{i}") for i in range(2)]  # tp2
+    for ex in stalled:
+        assert await passes(step, ex)
+    assert not await passes(step, await routed_exchange("PUT", "/api/v1/namespaces/nova-web/configmaps/c"))  # tp2 is full
+    assert await passes(step, await routed_exchange("PUT", "/api/v1/namespaces/alpha-web/configmaps/c"))  # tp1 is not
+    union = [await routed_exchange("GET", "/api/v1/pods") for _ in range(2)]  # every TP: a budget of its own
+    assert all([await passes(step, ex) for ex in union])
+    assert not await passes(step, await routed_exchange("GET", "/api/v1/pods"))
+    assert await passes(step, await routed_exchange("GET", "/api/v1/namespaces/nova-web/configmaps"))
+    assert limiter.in_flight("mutating") == 3 and limiter.in_flight("read-only") == 3
+    for ex in stalled + union:
+        ex.close(Outcome.GONE)
+    assert limiter.inflight["mutating"] == {"tp1": 1} and limiter.inflight["read-only"] == {"tp2": 1}
+
+
+def test_the_limiter_forgets_a_partition_with_nothing_in_flight_and_bounds_watches_for_the_process() -> None:
+    limiter = InflightLimiter(FailureConfig(max_inflight_long_running=1))
+    limiter.acquire("read-only", "alice", "rp9")
+    limiter.release("read-only", "alice", "rp9")
+    assert limiter.inflight["read-only"] == {} and limiter.by_identity == {}  # a retired partition leaves no key
+    limiter.acquire("long-running", "alice", "tp1")
+    with pytest.raises(Overloaded):
+        limiter.acquire("long-running", "bob", "tp2")  # one budget, whatever the partition
+    limiter.release("long-running", "alice", "tp1")
+    limiter.acquire("long-running", "bob", "tp2")
 
 
 # --- route --------------------------------------------------------------------------------------
