@@ -23,6 +23,7 @@ from proxy.authn import Authenticator
 from proxy.authz import Authorizer
 from proxy.cache.cache_set import CacheSet
 from proxy.clients.partition import PartitionClient
+from proxy.flowcontrol_metrics import FlowcontrolMetrics
 from proxy.metrics import Metrics
 from proxy.overload import InflightLimiter
 from proxy.rv_epochs import ResourceVersions
@@ -127,6 +128,9 @@ class ProxyContext:
     partition_set_listeners: set[Callable[[], None]] = field(default_factory=set)
     # set after a definition (a CRD) is written through the proxy: discovery is read again soon
     definitions_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # the partitions' API Priority and Fairness samples /metrics carries, reused between scrapes;
+    # told when a FlowSchema or PriorityLevelConfiguration is written through the proxy
+    flowcontrol: FlowcontrolMetrics = field(default_factory=FlowcontrolMetrics)
 
     @property
     def config(self) -> ProxyConfig:

@@ -8,21 +8,33 @@ FlowSchema and PriorityLevelConfiguration` reads `apiserver_flowcontrol_nominal_
 its priority level there) read it from the proxy, so the proxy's `/metrics` carries every
 partition's `apiserver_flowcontrol_*` samples with a `partition` label added. They are read with
 the proxy's own credential (get on the non-resource URL /metrics) when `/metrics` is scraped, at
-most every FLOWCONTROL_METRICS_SECONDS; a partition that does not answer is left out.
+most every FLOWCONTROL_METRICS_SECONDS, and at most every FRESH_SECONDS for FRESH_WINDOW_SECONDS
+after a FlowSchema or PriorityLevelConfiguration was written through this worker (`changed`: the
+conformance spec reads its new priority level's seats once, right after its FlowSchema took
+effect); a partition that does not answer is left out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from proxy.clients.errors import UpstreamError
 from proxy.clients.partition import PartitionClient
 
-# seconds the partitions' APF samples are reused between scrapes: a kube-apiserver's /metrics is
-# megabytes, and Prometheus scrapes every 15-60 s; a client polling faster sees samples this old.
-FLOWCONTROL_METRICS_SECONDS = 5.0
+# seconds the partitions' APF samples are reused between scrapes. Each refresh makes every
+# partition render its whole /metrics (3.3 MB and ~90 ms of a kube-apiserver's CPU in the soak's
+# federation on this machine, 2026-11-27), and every worker of every replica refreshes its own:
+# at 5 s, the soak's scrapes of two replicas every 5 s cost the partitions ~0.2 of the machine's
+# 2 cores. Prometheus scrapes every 15-60 s; a client polling faster sees samples this old.
+FLOWCONTROL_METRICS_SECONDS = 30.0
+# seconds: after a FlowSchema or PriorityLevelConfiguration write through this worker, samples
+# are reused at most FRESH_SECONDS (the reuse before 2026-11-27) for FRESH_WINDOW_SECONDS, so a
+# client that waits for its new priority level to show in /metrics sees it within seconds.
+FRESH_SECONDS = 5.0
+FRESH_WINDOW_SECONDS = 60.0
 # seconds a scrape waits for a partition's /metrics
 _TIMEOUT = 5.0
 _PREFIX = b"apiserver_flowcontrol_"
@@ -55,13 +67,23 @@ def flowcontrol_families(text: bytes, partition: str) -> dict[bytes, list[bytes]
 class FlowcontrolMetrics:
     """The partitions' APF samples as Prometheus text lines (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._text = b""
-        self._read_at = -FLOWCONTROL_METRICS_SECONDS
+        self._read_at = -math.inf
+        self._fresh_until = -math.inf
+
+    def changed(self) -> None:
+        """A FlowSchema or PriorityLevelConfiguration was written: the next scrape reads the
+        partitions again, and scrapes for FRESH_WINDOW_SECONDS reuse samples at most FRESH_SECONDS."""
+        self._read_at = -math.inf
+        self._fresh_until = self._clock() + FRESH_WINDOW_SECONDS
 
     async def text(self, clients: Mapping[str, PartitionClient]) -> bytes:
         """Every live partition's APF samples, one HELP and TYPE per family."""
-        if time.monotonic() - self._read_at < FLOWCONTROL_METRICS_SECONDS:
+        now = self._clock()
+        reuse = FRESH_SECONDS if now < self._fresh_until else FLOWCONTROL_METRICS_SECONDS
+        if now - self._read_at < reuse:
             return self._text
 
         async def one(name: str, client: PartitionClient) -> dict[bytes, list[bytes]]:
@@ -80,5 +102,5 @@ class FlowcontrolMetrics:
                 kept += (line for line in lines if not (line.startswith(b"#") and line in kept))
         lines = [line for family in merged.values() for line in family]
         self._text = b"\n".join(lines) + b"\n" if lines else b""
-        self._read_at = time.monotonic()
+        self._read_at = self._clock()
         return self._text

@@ -28,7 +28,6 @@ from proxy import metrics_workers
 from proxy.clients.errors import UpstreamError
 from proxy.clients.partition import PartitionClient
 from proxy.context import ProxyContext
-from proxy.flowcontrol_metrics import FlowcontrolMetrics
 from proxy.messages import Answer, Request
 from routing.health import Check, merge_checks, parse_checks, verbose_answer
 
@@ -50,7 +49,6 @@ class Endpoints:
     def __init__(self, ctx: ProxyContext, *, debug_partitions: Callable[[], dict[str, Any]] | None = None) -> None:
         self.ctx = ctx
         self._debug_partitions = debug_partitions
-        self.flowcontrol = FlowcontrolMetrics()
         self._by_path: dict[str, Endpoint] = {
             "/livez": functools.partial(self.livez, endpoint="livez"),
             "/healthz": functools.partial(self.livez, endpoint="healthz"),
@@ -121,7 +119,7 @@ class Endpoints:
             text = await metrics_workers.exposition(metrics, caches, metrics.workers_dir)
         else:
             text = metrics.exposition(caches)
-        text += await self.flowcontrol.text(self.ctx.clients)
+        text += await self.ctx.flowcontrol.text(self.ctx.clients)
         return Answer(200, text, CIMultiDict({"Content-Type": CONTENT_TYPE_LATEST}), content_type=None)
 
     async def debug_caches(self, request: Request) -> Answer:

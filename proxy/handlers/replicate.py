@@ -43,6 +43,8 @@ from routing.replicas import copy_differences
 
 # encodings whose answer a copy can be created from (not YAML, CBOR or a Table)
 _OBJECT_ENCODINGS = (translate.Encoding.JSON, translate.Encoding.PROTOBUF)
+# the API group of FlowSchemas and PriorityLevelConfigurations (routing.decide.REPLICATED_EVERYWHERE)
+FLOWCONTROL_GROUP = "flowcontrol.apiserver.k8s.io"
 
 # bytes of a copy's refusal quoted in the Warning header: a Status message, not the whole body
 _WARNING_MESSAGE_CHARS = 200
@@ -72,6 +74,8 @@ async def replicate(ex: Exchange, ctx: ProxyContext) -> None:
     out_headers = downstream_response_headers(got, keep_length=False)
     if 200 <= status < 300 and info.resource == "customresourcedefinitions":
         ctx.definitions_changed.set()  # routing learns whether its resource is namespaced
+    if 200 <= status < 300 and info.api_group == FLOWCONTROL_GROUP:
+        ctx.flowcontrol.changed()  # /metrics shows the partitions' new priority levels soon
     if 200 <= status < 300 and route.replicate_to:
         content_type = request.headers.get("Content-Type", "")
         if info.verb == "create" and body and not body_name(body, content_type):
