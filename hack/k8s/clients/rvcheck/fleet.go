@@ -790,7 +790,8 @@ func statusPatch(now time.Time) []byte {
 	return body
 }
 
-// leaseMeter times the Lease UPDATEs of one kubelet's heartbeat client (the renewals).
+// leaseMeter times the Lease UPDATEs of one kubelet's heartbeat client (the renewals) and counts
+// the failures of its other Lease requests (the lease controller's GET or create of its Lease).
 type leaseMeter struct {
 	next http.RoundTripper
 	k    *fleetKubelet
@@ -798,8 +799,19 @@ type leaseMeter struct {
 
 // RoundTrip sends req; a PUT of a Lease counts as a renewal, ok when answered 200.
 func (m *leaseMeter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodPut || !strings.Contains(req.URL.Path, "/leases/") {
+	if !strings.Contains(req.URL.Path, "/leases") {
 		return m.next.RoundTrip(req)
+	}
+	if req.Method != http.MethodPut {
+		resp, err := m.next.RoundTrip(req)
+		op := strings.ToLower(req.Method) + " leases: "
+		switch {
+		case err != nil:
+			m.k.fleet.leaseLookupErrs.add(op + errorClass(err))
+		case resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotFound: // a 404 GET is answered by a create
+			m.k.fleet.leaseLookupErrs.add(fmt.Sprintf("%s%d", op, resp.StatusCode))
+		}
+		return resp, err
 	}
 	t0, marked := time.Now(), m.k.fleet.markNs.Load() > 0
 	resp, err := m.next.RoundTrip(req)
@@ -1097,6 +1109,7 @@ type fleetRun struct {
 	markNs                            atomic.Int64
 	leases, patches, gets             fleetCalls
 	errs, reflectorErrs, warnings     fleetCounter
+	leaseLookupErrs                   fleetCounter // the lease controller's GET/create of its Lease (not renewals)
 	samples                           *errorLog
 
 	// written by the sampling loop only
@@ -1130,6 +1143,11 @@ type fleetPoint struct {
 	// ErrorsByClass: Errors by class ("update leases: 503", ...), in the status file only (a
 	// reader that samples it every second sees which failures fell in which second).
 	ErrorsByClass map[string]int `json:"errors_by_class,omitempty"`
+	// LeaseLookupErrorsByClass: failures of the lease controller's GET (or create) of its Lease,
+	// which it falls back to after its updates failed (backoffEnsureLease: retried with up to 7 s
+	// of backoff, no renewal until one succeeds); not in Errors, so a Lease can age with no
+	// failure counted there. Status file only, as ErrorsByClass.
+	LeaseLookupErrorsByClass map[string]int `json:"lease_lookup_errors_by_class,omitempty"`
 }
 
 // fleetStorm is one mark of --mark-file and how the kubelets recovered after it.
@@ -1329,6 +1347,7 @@ func (f *fleetRun) sample() fleetPoint {
 	f.timeline = append(f.timeline, p)
 	status := p
 	status.ErrorsByClass = f.errs.snapshot()
+	status.LeaseLookupErrorsByClass = f.leaseLookupErrs.snapshot()
 	if err := writeStatusFile(f.o.statusFile, status); err != nil {
 		f.errs.add("status file: " + err.Error())
 	}
@@ -1435,10 +1454,11 @@ type fleetReport struct {
 	Leases            fleetLeaseReport            `json:"leases"`
 	StatusPatches     fleetCallReport             `json:"status_patches"`
 	NodeGets          fleetCallReport             `json:"node_gets"`
-	Errors            map[string]int              `json:"errors"`           // "<op> <resource>: <class>" -> count
-	ErrorSamples      []apiError                  `json:"error_samples"`    // the first few in full
-	ReflectorErrors   map[string]int              `json:"reflector_errors"` // what client-go reported (utilruntime.HandleError)
-	Warnings          map[string]int              `json:"warnings"`         // Warning headers of the server
+	Errors            map[string]int              `json:"errors"`              // "<op> <resource>: <class>" -> count
+	ErrorSamples      []apiError                  `json:"error_samples"`       // the first few in full
+	ReflectorErrors   map[string]int              `json:"reflector_errors"`    // what client-go reported (utilruntime.HandleError)
+	LeaseLookupErrors map[string]int              `json:"lease_lookup_errors"` // the lease controller's GETs/creates of its Lease that failed
+	Warnings          map[string]int              `json:"warnings"`            // Warning headers of the server
 	TCPDialed         int64                       `json:"tcp_connections_dialed"`
 	ConnResets        int64                       `json:"connection_resets"` // repeated heartbeat failures: every connection of a kubelet closed
 	Storms            []fleetStorm                `json:"storms"`
@@ -1484,7 +1504,8 @@ func (f *fleetRun) report(reason string, watches map[string]fleetWatchReport) *f
 		Start: f.startReport(kubelets), Watches: watches,
 		StatusPatches: f.patches.report(), NodeGets: f.gets.report(),
 		Errors: f.errs.snapshot(), ReflectorErrors: f.reflectorErrs.snapshot(), Warnings: f.warnings.snapshot(),
-		TCPDialed: f.dialed.Load(), ConnResets: f.connResets.Load(), Storms: append([]fleetStorm{}, f.storms...),
+		LeaseLookupErrors: f.leaseLookupErrs.snapshot(), TCPDialed: f.dialed.Load(), ConnResets: f.connResets.Load(),
+		Storms:   append([]fleetStorm{}, f.storms...),
 		Timeline: f.timeline, StopReason: reason, RunSeconds: round3(time.Since(f.t0).Seconds()),
 	}
 	r.ErrorSamples, _ = f.samples.snapshot()
