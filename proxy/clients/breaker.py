@@ -6,7 +6,9 @@ answer within its deadline) is marked down for `open_seconds`: calls it owns fai
 let through (half-open); its success closes the breaker, its failure opens it again. The client
 makes that trial ask the partition's `/readyz` first (`proxy.clients.partition`): a partition
 that answers but is not ready yet stays marked down (`not_ready`) and is asked again sooner than
-a failure's window. Calls owned by other partitions never notice.
+a failure's window. A connection refused or broken before its answer makes the partition
+`suspect` (its process may have restarted): the next call is such a trial at once, even when too
+few calls failed to open the breaker. Calls owned by other partitions never notice.
 
 Callers outside this layer never pair `allow()` with an outcome by hand: `attempt()` is a
 context manager that records the outcome on the way out, so no early return, cancellation or
@@ -38,6 +40,7 @@ class CircuitBreaker:
     consecutive: int = 0
     open_until: float = 0.0
     trial_in_flight: bool = False
+    unverified: bool = False  # `suspect`: the next call is a trial, whatever `consecutive` says
 
     @property
     def state(self) -> str:
@@ -45,7 +48,7 @@ class CircuitBreaker:
         (the window ended: the next call is the trial that closes or opens it again)."""
         if self.clock() < self.open_until:
             return "open"
-        return "half-open" if self.consecutive >= self.failures else "closed"
+        return "half-open" if self.unverified or self.consecutive >= self.failures else "closed"
 
     @property
     def is_open(self) -> bool:
@@ -56,7 +59,7 @@ class CircuitBreaker:
         """Whether a call may go to the partition now; takes the half-open trial when it is due."""
         if self.clock() < self.open_until:
             return False
-        if self.consecutive >= self.failures:
+        if self.unverified or self.consecutive >= self.failures:
             if self.trial_in_flight:
                 return False  # half-open: one trial at a time
             self.trial_in_flight = True
@@ -91,6 +94,14 @@ class CircuitBreaker:
         self.consecutive = 0
         self.open_until = 0.0
         self.trial_in_flight = False
+        self.unverified = False
+
+    def suspect(self) -> None:
+        """A connection was refused, or broke before its answer: the partition's process may
+        have restarted, and a restarted kube-apiserver listens before it is ready. The next
+        call is a trial (one at a time) whether or not the breaker opened; the failure itself
+        is counted by `failure`."""
+        self.unverified = True
 
     def abandon(self) -> None:
         """A call ended without a verdict (cancelled, or a bug): its half-open trial is free again."""

@@ -20,12 +20,14 @@ Every call is an async context manager that records its outcome with the breaker
 
 Entering raises `PartitionMarkedDown` (breaker open), `PartitionUnreachable` or
 `PartitionTimedOut` (after recording the failure); the answer's headers arriving records a
-success. The call that makes a marked-down partition's half-open trial first asks the endpoint's
-`/readyz`, as a load balancer in front of kube-apiservers gates them on their readiness probe: a
-restarted kube-apiserver listens before it is ready and, until its RBAC informers have synced,
-answers 403 to whatever the proxy impersonates (kubernetes/kubernetes#101422 gave that denial
-its reason, "informers not synced"); so it stays marked down until `/readyz` passes, asked again
-every READINESS_PERIOD_SECONDS. A connection that cannot be made moves to the next endpoint at once, and a request
+success. The call that makes a marked-down partition's half-open trial, or the next call after
+a connection was refused or broke (`CircuitBreaker.suspect`: the breaker need not have opened),
+first asks the endpoint's `/readyz`, as a load balancer in front of kube-apiservers gates them on
+their readiness probe: a restarted kube-apiserver listens before it is ready and, until its RBAC
+informers have synced, answers 403 to whatever the proxy impersonates
+(kubernetes/kubernetes#101422 gave that denial its reason, "informers not synced"); so it stays
+marked down until `/readyz` passes, asked again every READINESS_PERIOD_SECONDS, and meanwhile
+other calls get `PartitionMarkedDown`. A connection that cannot be made moves to the next endpoint at once, and a request
 whose body can be sent again (bytes, or none) is tried there too: nothing was sent. A GET
 whose reused connection broke before any answer is sent once more on a new connection. Reading the
 body raises `StreamBroken` (mid-stream failures are not the partition failing: its breaker is
@@ -340,6 +342,7 @@ class PartitionClient:
                     )
             except ConnectFailed as exc:
                 breaker.failure()
+                breaker.suspect()
                 # Nothing was sent: the next endpoint may take the request, even a mutating one.
                 self._rotate()
                 attempts -= 1
@@ -350,8 +353,9 @@ class PartitionClient:
                 breaker.failure()
                 self._rotate()
                 raise PartitionTimedOut(self.name, "no answer within its deadline", self.retry_after()) from None
-            except OSError as exc:
+            except OSError as exc:  # broken before its answer
                 breaker.failure()
+                breaker.suspect()
                 self._rotate()
                 raise PartitionUnreachable(self.name, str(exc) or type(exc).__name__, self.retry_after()) from None
             except BaseException:

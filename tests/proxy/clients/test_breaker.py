@@ -125,3 +125,24 @@ def test_not_ready_never_waits_longer_than_a_failures_window() -> None:
     assert b.allow()
     b.not_ready(1.0)
     assert b.remaining() == 0.5
+
+
+def test_a_suspect_partition_makes_its_next_call_a_trial_without_opening() -> None:
+    b, _ = breaker(failures=3)
+    fail(b)
+    b.suspect()  # that failure was a refused connection: the process may have restarted
+    assert not b.is_open and b.state == "half-open"
+    assert b.allow() and b.trial_in_flight
+    assert not b.allow()  # one trial at a time
+    b.success()
+    assert b.state == "closed" and b.allow() and not b.trial_in_flight
+
+
+def test_a_suspect_partition_still_opens_only_after_its_failures_in_a_row() -> None:
+    b, _ = breaker(failures=3)
+    fail(b)
+    b.suspect()
+    fail(b)  # the trial failed: counted, not yet three in a row
+    assert not b.is_open and b.state == "half-open"
+    fail(b)
+    assert b.is_open

@@ -212,6 +212,42 @@ async def test_a_partition_that_answers_but_is_not_ready_gets_no_call_until_its_
     assert seen == ["/readyz", "/readyz", "/lease"] and client.health == "up"
 
 
+async def test_after_a_refused_connection_the_next_call_asks_readyz_first_though_the_breaker_did_not_open(
+        aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    # A kube-apiserver killed and started again between two calls: the first finds nothing
+    # listening, the next finds it listening but not ready.
+    port = free_port()
+    clock = Clock()
+    client = make_client(URL(f"http://127.0.0.1:{port}"), failures=3, clock=clock)
+    with pytest.raises(PartitionUnreachable):
+        async with client.request("PUT", "/lease", body=b"{}"):
+            pass
+    assert not client.is_marked_down  # one failure of the three that open the breaker
+    ready = False
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        if request.path == "/readyz":
+            return web.Response(text="ok") if ready else web.Response(status=403)
+        return web.Response(text="served")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    await aiohttp_server(app, port=port)
+    with pytest.raises(PartitionMarkedDown, match="not ready"):
+        async with client.request("PUT", "/lease", body=b"{}"):
+            pass
+    assert seen == ["/readyz"]
+    ready = True
+    clock.now += 1.0
+    async with client.request("PUT", "/lease", body=b"{}") as answer:
+        assert await answer.read() == b"served"
+    async with client.request("PUT", "/lease", body=b"{}"):
+        pass
+    assert seen == ["/readyz", "/readyz", "/lease", "/lease"] and client.health == "up"
+
+
 @pytest.mark.parametrize("status", [403, 429, 503])
 async def test_only_a_readyz_answered_200_lets_the_trial_through(status: int, aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
     # kube-apiserver answers /readyz 403 in its first instants of listening (its authorizers
