@@ -6,10 +6,11 @@ separately. Mutating and read-only requests are bounded per partition, as each p
 kube-apiserver bounds them: a partition that stalls (its etcd restarting, its kube-apiserver
 slow) holds the requests sent to it until their clients give up, and with one budget for all
 partitions those filled it and every other partition's requests were refused too (the soak: one
-replica refused 687 Lease renewals with 429, whichever partition they were for, within 40 s of
-rp2's etcd restart; 3,888 in an earlier hour while rp1 answered slowly). A request that goes to several partitions
-(a union list) counts in a budget of its own (`FAN_OUT`). Long-running requests are bounded for
-the whole process: they cost the proxy memory, not the partitions work.
+replica refused 687 Lease renewals with 429, whichever partition they were for, in the 35 s
+after rp2's etcd restart; 3,888 in an earlier hour while rp1 answered slowly). A request that
+goes to several partitions (a union list) counts in a budget of its own (`FAN_OUT`).
+Long-running requests are bounded for the whole process: they cost the proxy memory, not the
+partitions work.
 
 A request beyond a bound is refused at once with 429 and an integer Retry-After,
 which client-go retries by itself (k8s.io/client-go/rest/with_retry.go). Nothing queues, so the
