@@ -61,10 +61,6 @@ class InflightLimiter:
         self.inflight: dict[str, dict[str, int]] = {klass: {} for klass in self.limits}
         self.by_identity: dict[str, int] = {}
 
-    def in_flight(self, klass: str) -> int:
-        """Requests of `klass` in flight now, every partition's."""
-        return sum(self.inflight[klass].values())
-
     def acquire(self, klass: str, user: str, partition: str = FAN_OUT) -> None:
         """Take a slot of `klass` for `partition` (and of `user`, outside long-running) until
         `release` with the same arguments. Raises Overloaded when either is full (plain def:

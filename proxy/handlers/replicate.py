@@ -39,12 +39,11 @@ from proxy.messages import Answer, Exchange
 from routing import protobuf as pb
 from routing import translate
 from routing.bodies import body_name
+from routing.decide import REPLICATED_EVERYWHERE
 from routing.replicas import copy_differences
 
 # encodings whose answer a copy can be created from (not YAML, CBOR or a Table)
 _OBJECT_ENCODINGS = (translate.Encoding.JSON, translate.Encoding.PROTOBUF)
-# the API group of FlowSchemas and PriorityLevelConfigurations (routing.decide.REPLICATED_EVERYWHERE)
-FLOWCONTROL_GROUP = "flowcontrol.apiserver.k8s.io"
 
 # bytes of a copy's refusal quoted in the Warning header: a Status message, not the whole body
 _WARNING_MESSAGE_CHARS = 200
@@ -74,7 +73,7 @@ async def replicate(ex: Exchange, ctx: ProxyContext) -> None:
     out_headers = downstream_response_headers(got, keep_length=False)
     if 200 <= status < 300 and info.resource == "customresourcedefinitions":
         ctx.definitions_changed.set()  # routing learns whether its resource is namespaced
-    if 200 <= status < 300 and info.api_group == FLOWCONTROL_GROUP:
+    if 200 <= status < 300 and (info.api_group, info.resource) in REPLICATED_EVERYWHERE:  # FlowSchemas, PLCs
         ctx.flowcontrol.changed()  # /metrics shows the partitions' new priority levels soon
     if 200 <= status < 300 and route.replicate_to:
         content_type = request.headers.get("Content-Type", "")

@@ -73,10 +73,11 @@ async def make_client() -> AsyncIterator[MakeClient]:
         await client.close()
 
 
-async def serve(aiohttp_server: ServerFactory, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> URL:
+async def serve(aiohttp_server: ServerFactory, handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                port: int | None = None) -> URL:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
-    server = await aiohttp_server(app)
+    server = await aiohttp_server(app, port=port)
     return URL(str(server.make_url("/")))
 
 
@@ -232,9 +233,7 @@ async def test_after_a_refused_connection_the_next_call_asks_readyz_first_though
             return web.Response(text="ok") if ready else web.Response(status=403)
         return web.Response(text="served")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    await aiohttp_server(app, port=port)
+    await serve(aiohttp_server, handler, port)
     with pytest.raises(PartitionMarkedDown, match="not ready"):
         async with client.request("PUT", "/lease", body=b"{}"):
             pass
