@@ -186,6 +186,7 @@ class Params:
     keep: bool
     work_dir: Path
     trace_memory: bool = False  # PYTHONTRACEMALLOC=1 in the replicas: /debug/memory names what grew
+    proxy_nice: int = 0  # nice value of each replica's scheduling group (hack.proxy_process.set_group_nice)
 
     @property
     def duration_s(self) -> float:
@@ -210,13 +211,16 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
     ap.add_argument("--trace-memory", action="store_true",
                     help="trace the replicas' Python allocations (PYTHONTRACEMALLOC=1; costs CPU): the report names the "
                          "allocation sites of replica A that grew after the warm-up (its /debug/memory)")
+    ap.add_argument("--proxy-nice", type=int, default=0,
+                    help="a diagnosis: the nice value of each replica's scheduling group (autogroup; negative: a "
+                         "larger CPU share than each other process of the box, as a larger CPU request gives a pod)")
     ap.add_argument("--work-dir", type=Path, default=WORK_DIR / NAME, help="the federation root (wiped at the start)")
     a = ap.parse_args(argv)
     kinds: tuple[str, ...] | None = tuple(k.strip() for k in a.faults.split(",") if k.strip()) or None
     if kinds == ("none",):
         kinds = ()
     p = Params(minutes=a.minutes, kubelets=a.kubelets, kwok_nodes=a.kwok_nodes, ramp=a.ramp, faults=kinds, results=a.results,
-               keep=a.keep, work_dir=a.work_dir, trace_memory=a.trace_memory)
+               keep=a.keep, work_dir=a.work_dir, trace_memory=a.trace_memory, proxy_nice=a.proxy_nice)
     validate(p)
     return p
 
@@ -300,7 +304,8 @@ def set_up(p: Params, root: Path, joining: tuple[str, ...]) -> World:
         for name, workers in REPLICA_WORKERS.items():
             world.replicas[name] = ProxyProcess(fed, root / f"proxy-{name.lower()}", partitions=list(ACTIVE),
                                                 kubeconfigs=world.kubeconfigs, extra=PROXY_EXTRA, workers=workers,
-                                                env={"PYTHONTRACEMALLOC": "1"} if p.trace_memory else None)
+                                                env={"PYTHONTRACEMALLOC": "1"} if p.trace_memory else None,
+                                                nice=p.proxy_nice)
         for proxy in world.replicas.values():
             proxy.start(timeout=SETUP_TIMEOUT)
         world.a_started = time.monotonic()

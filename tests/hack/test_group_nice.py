@@ -1,0 +1,37 @@
+"""`hack.proxy_process.set_group_nice`: the CPU weight a soak can give a replica's scheduling
+group (`bench.soak --proxy-nice`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from hack.procs import spawn, stop_process
+from hack.proxy_process import set_group_nice
+
+
+def _autogroup(pid: int) -> str:
+    return Path(f"/proc/{pid}/autogroup").read_text().strip()
+
+
+def test_a_spawned_process_group_takes_the_nice_value_and_this_process_keeps_its_own(tmp_path: Path) -> None:
+    proc = spawn([sys.executable, "-c", "import time; time.sleep(60)"], log=tmp_path / "sleeper.log")
+    try:
+        if not Path("/proc/self/autogroup").exists():  # a kernel without autogroup scheduling
+            with pytest.raises(OSError):
+                set_group_nice(proc.pid, 1)
+            return
+        mine = _autogroup(os.getpid())
+        assert _autogroup(proc.pid).endswith("nice 0")
+        set_group_nice(proc.pid, 7)
+        assert _autogroup(proc.pid).endswith("nice 7")
+        set_group_nice(proc.pid, 0)  # 0 leaves the group as it is
+        assert _autogroup(proc.pid).endswith("nice 7")
+        # spawn starts a session of its own: a group of its own, so this process's is untouched
+        assert _autogroup(proc.pid).split()[0] != mine.split()[0]
+        assert _autogroup(os.getpid()) == mine
+    finally:
+        stop_process(proc, grace=2.0)
