@@ -914,6 +914,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             doc["fleet_reports"] = world.fleet_reports
             if "checks" in doc:
                 doc["checks"]["fleet_errors"]["classes"] = {n: r.get("errors") for n, r in world.fleet_reports.items()}
+                # 409s that echo an unanswered renewal (counted in `classes` when it failed)
+                doc["checks"]["fleet_errors"]["echoes"] = {n: r.get("echoes") for n, r in world.fleet_reports.items()}
         if interrupted or not p.keep:
             shutil.rmtree(p.work_dir, ignore_errors=True)
     if interrupted:

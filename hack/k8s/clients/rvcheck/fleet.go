@@ -593,19 +593,22 @@ type fleetStream struct {
 
 // fleetKubelet is one simulated kubelet.
 type fleetKubelet struct {
-	node     string
-	fleet    *fleetRun
-	main     fleetClients                 // the kubelet's client (QPS 50, burst 100)
-	beat     corev1client.CoreV1Interface // its heartbeat client: same transport, no rate limit, 10 s timeout
-	leases   kubernetes.Interface         // the heartbeat client's Leases, for the lease controller
-	dialer   *connrotation.Dialer         // tracks the kubelet's connections (closed on repeated heartbeat failures)
-	started  time.Time
-	renewNs  atomic.Int64 // Unix ns of its last successful Lease renewal (0: none yet)
-	mu       sync.Mutex
-	streams  [fleetResources]fleetStream
-	open     int       // streams open
-	allOpen  time.Time // first time all were open
-	openedIn time.Duration
+	node    string
+	fleet   *fleetRun
+	main    fleetClients                 // the kubelet's client (QPS 50, burst 100)
+	beat    corev1client.CoreV1Interface // its heartbeat client: same transport, no rate limit, 10 s timeout
+	leases  kubernetes.Interface         // the heartbeat client's Leases, for the lease controller
+	dialer  *connrotation.Dialer         // tracks the kubelet's connections (closed on repeated heartbeat failures)
+	started time.Time
+	renewNs atomic.Int64 // Unix ns of its last successful Lease renewal (0: none yet)
+	// renewUnsure: a renewal since the last answered one got no answer or a 5xx, so the
+	// partition may have applied it; the 409 that follows is its echo (leaseMeter)
+	renewUnsure atomic.Bool
+	mu          sync.Mutex
+	streams     [fleetResources]fleetStream
+	open        int       // streams open
+	allOpen     time.Time // first time all were open
+	openedIn    time.Duration
 }
 
 // newKubelet builds the clients of node's kubelet: its own certificate, transport and dialer.
@@ -820,10 +823,24 @@ func (m *leaseMeter) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch {
 	case ok:
 		m.k.renewNs.Store(time.Now().UnixNano())
+		m.k.renewUnsure.Store(false)
 	case err != nil:
 		m.k.fleet.errs.add("update leases: " + errorClass(err))
+		m.k.renewUnsure.Store(true)
+	case resp.StatusCode == http.StatusConflict && m.k.renewUnsure.Swap(false):
+		// The lease controller sends the same object again after a failure; when the failed
+		// one was applied (its answer lost), the partition answers 409, as kube-apiserver
+		// straight does, and the controller reads the Lease and renews (component-helpers
+		// lease retryUpdateLease). That failure was counted; this is its echo, not a second one.
+		m.k.fleet.echoes.add("update leases: 409 after an unanswered renewal")
 	default:
 		m.k.fleet.errs.add(fmt.Sprintf("update leases: %d", resp.StatusCode))
+		switch {
+		case resp.StatusCode >= 500: // a 5xx may come after the partition applied it
+			m.k.renewUnsure.Store(true)
+		case resp.StatusCode != http.StatusTooManyRequests: // a 429 was never sent on
+			m.k.renewUnsure.Store(false)
+		}
 	}
 	return resp, err
 }
@@ -1110,6 +1127,7 @@ type fleetRun struct {
 	leases, patches, gets             fleetCalls
 	errs, reflectorErrs, warnings     fleetCounter
 	leaseLookupErrs                   fleetCounter // the lease controller's GET/create of its Lease (not renewals)
+	echoes                            fleetCounter // 409s of renewals after an unanswered one (leaseMeter), not in errs
 	samples                           *errorLog
 
 	// written by the sampling loop only
@@ -1148,6 +1166,8 @@ type fleetPoint struct {
 	// of backoff, no renewal until one succeeds); not in Errors, so a Lease can age with no
 	// failure counted there. Status file only, as ErrorsByClass.
 	LeaseLookupErrorsByClass map[string]int `json:"lease_lookup_errors_by_class,omitempty"`
+	// EchoesByClass: the report's Echoes so far (not in Errors). Status file only.
+	EchoesByClass map[string]int `json:"echoes_by_class,omitempty"`
 }
 
 // fleetStorm is one mark of --mark-file and how the kubelets recovered after it.
@@ -1348,6 +1368,7 @@ func (f *fleetRun) sample() fleetPoint {
 	status := p
 	status.ErrorsByClass = f.errs.snapshot()
 	status.LeaseLookupErrorsByClass = f.leaseLookupErrs.snapshot()
+	status.EchoesByClass = f.echoes.snapshot()
 	if err := writeStatusFile(f.o.statusFile, status); err != nil {
 		f.errs.add("status file: " + err.Error())
 	}
@@ -1458,20 +1479,23 @@ type fleetReport struct {
 	ErrorSamples      []apiError                  `json:"error_samples"`       // the first few in full
 	ReflectorErrors   map[string]int              `json:"reflector_errors"`    // what client-go reported (utilruntime.HandleError)
 	LeaseLookupErrors map[string]int              `json:"lease_lookup_errors"` // the lease controller's GETs/creates of its Lease that failed
-	Warnings          map[string]int              `json:"warnings"`            // Warning headers of the server
-	TCPDialed         int64                       `json:"tcp_connections_dialed"`
-	ConnResets        int64                       `json:"connection_resets"` // repeated heartbeat failures: every connection of a kubelet closed
-	Storms            []fleetStorm                `json:"storms"`
-	Timeline          []fleetPoint                `json:"timeline"`
-	StopReason        string                      `json:"stop_reason"` // signal | duration
-	StoppedCleanly    bool                        `json:"stopped_cleanly"`
-	RunSeconds        float64                     `json:"run_seconds"`
-	CPUSeconds        float64                     `json:"cpu_seconds"`
-	RSSBytes          int64                       `json:"rss_bytes"`
-	MaxRSSBytes       int64                       `json:"max_rss_bytes"`
-	GoroutinesRunning int                         `json:"goroutines_running"` // before the kubelets stopped
-	GoroutinesAtStop  int                         `json:"goroutines_at_stop"`
-	Fatal             string                      `json:"fatal,omitempty"`
+	// Echoes: renewals answered 409 after one that got no answer (or a 5xx) was applied all
+	// the same; the failure it echoes is in Errors
+	Echoes            map[string]int `json:"echoes"`
+	Warnings          map[string]int `json:"warnings"` // Warning headers of the server
+	TCPDialed         int64          `json:"tcp_connections_dialed"`
+	ConnResets        int64          `json:"connection_resets"` // repeated heartbeat failures: every connection of a kubelet closed
+	Storms            []fleetStorm   `json:"storms"`
+	Timeline          []fleetPoint   `json:"timeline"`
+	StopReason        string         `json:"stop_reason"` // signal | duration
+	StoppedCleanly    bool           `json:"stopped_cleanly"`
+	RunSeconds        float64        `json:"run_seconds"`
+	CPUSeconds        float64        `json:"cpu_seconds"`
+	RSSBytes          int64          `json:"rss_bytes"`
+	MaxRSSBytes       int64          `json:"max_rss_bytes"`
+	GoroutinesRunning int            `json:"goroutines_running"` // before the kubelets stopped
+	GoroutinesAtStop  int            `json:"goroutines_at_stop"`
+	Fatal             string         `json:"fatal,omitempty"`
 }
 
 // fleetStartReport is the start phase: the ramp and the time until every watch was open.
@@ -1504,7 +1528,7 @@ func (f *fleetRun) report(reason string, watches map[string]fleetWatchReport) *f
 		Start: f.startReport(kubelets), Watches: watches,
 		StatusPatches: f.patches.report(), NodeGets: f.gets.report(),
 		Errors: f.errs.snapshot(), ReflectorErrors: f.reflectorErrs.snapshot(), Warnings: f.warnings.snapshot(),
-		LeaseLookupErrors: f.leaseLookupErrs.snapshot(), TCPDialed: f.dialed.Load(), ConnResets: f.connResets.Load(),
+		LeaseLookupErrors: f.leaseLookupErrs.snapshot(), Echoes: f.echoes.snapshot(), TCPDialed: f.dialed.Load(), ConnResets: f.connResets.Load(),
 		Storms:   append([]fleetStorm{}, f.storms...),
 		Timeline: f.timeline, StopReason: reason, RunSeconds: round3(time.Since(f.t0).Seconds()),
 	}
