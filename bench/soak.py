@@ -138,6 +138,14 @@ FLEET_SAMPLE_SECONDS = 1.0  # the fleets' status files (each written every secon
 # sent; the fleet's failures get this much more slack after a fault than the soak's own clients
 FLEET_REQUEST_TIMEOUT_SECONDS = 10.0
 LEASE_SAMPLE_SECONDS = 5.0
+# the nice value of each replica's scheduling group (Linux autogroup): weight 9,548 against 1,024
+# for each other busy process group of the box (sched(7)), about the share of the cores the
+# chart's 500m CPU request gives a replica's pod under contention. Chosen by two hours at 1,000
+# kubelets: at 0, replica B's two workers shared one group's weight with ~20 others, got 15-18 %
+# of a core each in its reconnect storms and 476 Leases expired, every one in those storms; at
+# -10, 0 expired (oldest 29.5 s), with the replicas' mean CPU unchanged (docs/benchmarks.md,
+# "An hour at a20b8d6" and "An hour with the replicas weighed as their CPU request")
+PROXY_NICE = -10
 PROBE_SECONDS = 1.0
 TABLE_READ_SECONDS = 10.0
 TAIL_SECONDS = 45.0  # the last fault heals at least this long before the end
@@ -186,7 +194,7 @@ class Params:
     keep: bool
     work_dir: Path
     trace_memory: bool = False  # PYTHONTRACEMALLOC=1 in the replicas: /debug/memory names what grew
-    proxy_nice: int = 0  # nice value of each replica's scheduling group (hack.proxy_process.set_group_nice)
+    proxy_nice: int = PROXY_NICE  # nice value of each replica's scheduling group (hack.proxy_process.set_group_nice)
 
     @property
     def duration_s(self) -> float:
@@ -211,11 +219,14 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
     ap.add_argument("--trace-memory", action="store_true",
                     help="trace the replicas' Python allocations (PYTHONTRACEMALLOC=1; costs CPU): the report names the "
                          "allocation sites of replica A that grew after the warm-up (its /debug/memory)")
-    ap.add_argument("--proxy-nice", type=int, default=0,
-                    help="a diagnosis: the nice value of each replica's scheduling group (autogroup; negative: a "
-                         "larger CPU share than each other process of the box, as a larger CPU request gives a pod)")
+    ap.add_argument("--proxy-nice", type=int, default=PROXY_NICE,
+                    help="the nice value of each replica's scheduling group (autogroup; negative: a larger CPU share "
+                         f"than each other process of the box, as a CPU request gives a pod; default {PROXY_NICE}; "
+                         "0: the box as it is)")
     ap.add_argument("--work-dir", type=Path, default=WORK_DIR / NAME, help="the federation root (wiped at the start)")
     a = ap.parse_args(argv)
+    if a.proxy_nice < 0 and os.geteuid() != 0:
+        ap.error(f"--proxy-nice {a.proxy_nice} needs root (CAP_SYS_NICE); --proxy-nice 0 runs the box as it is")
     kinds: tuple[str, ...] | None = tuple(k.strip() for k in a.faults.split(",") if k.strip()) or None
     if kinds == ("none",):
         kinds = ()

@@ -8,6 +8,7 @@ federation CA, and waits for the proxy's /readyz. Used by `make run` and the int
 from __future__ import annotations
 
 import http.client
+import os
 import ssl
 import string
 import subprocess
@@ -82,16 +83,28 @@ def write_proxy_config(
     return path
 
 
-def set_group_nice(pid: int, nice: int) -> None:
+# 1 when CFS shares the CPUs between sessions (autogroups) rather than between threads
+AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def set_group_nice(pid: int, nice: int) -> str:
     """Give the scheduling group of `pid` the nice value `nice` (0: leave it). `spawn` starts
     every process in a session of its own, and with Linux's autogroup scheduling
     (`/proc/sys/kernel/sched_autogroup_enabled`) CFS shares the CPUs between sessions, not
     threads: a proxy's workers, children of its supervisor, share one group's weight, as a
     pod's processes share its CPU request. A negative value weighs the group as a pod whose
-    request is larger than the other processes' (nice -5: about 3x; sched(7)). Raises OSError
-    when the kernel has no autogroups or refuses the value."""
-    if nice:
-        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+    request is larger than the other processes' (nice -5: about 3x; sched(7)). Without
+    autogroups CFS weighs each process: the process gets the value, and the workers it starts
+    inherit it. Returns "autogroup", "process" or "" (0). Raises OSError (PermissionError: a
+    negative value needs CAP_SYS_NICE)."""
+    if not nice:
+        return ""
+    group = Path(f"/proc/{pid}/autogroup")
+    if group.exists() and AUTOGROUP_SWITCH.exists() and AUTOGROUP_SWITCH.read_text().strip() == "1":
+        group.write_text(f"{nice}\n")
+        return "autogroup"
+    os.setpriority(os.PRIO_PROCESS, pid, nice)
+    return "process"
 
 
 class ProxyProcess:

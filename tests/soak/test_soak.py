@@ -22,6 +22,12 @@ else shares, kept heartbeats unanswered for up to ~20 s after the roll (the CI p
 it). 400 kubelets make that storm 200. What a storm costs the proxy is bench/fleet.py's to
 measure (issue 28), on a machine whose cores it does not share.
 
+Each replica's scheduling group runs at nice -10 (`bench.soak` PROXY_NICE): the box shares its
+cores between process groups, and -10 gives a replica about the share its pod's 500m CPU request
+would; at 0 every kube-apiserver, etcd, fleet and recorder weighed as much as a whole replica,
+and the Leases that expired in the hours at 0 all expired in replica B's starved reconnect
+storms (docs/benchmarks.md, "An hour at a20b8d6").
+
 A missing real component fails the test (the soak exits 2), it never skips.
 """
 
