@@ -593,22 +593,23 @@ type fleetStream struct {
 
 // fleetKubelet is one simulated kubelet.
 type fleetKubelet struct {
-	node    string
-	fleet   *fleetRun
-	main    fleetClients                 // the kubelet's client (QPS 50, burst 100)
-	beat    corev1client.CoreV1Interface // its heartbeat client: same transport, no rate limit, 10 s timeout
-	leases  kubernetes.Interface         // the heartbeat client's Leases, for the lease controller
-	dialer  *connrotation.Dialer         // tracks the kubelet's connections (closed on repeated heartbeat failures)
-	started time.Time
-	renewNs atomic.Int64 // Unix ns of its last successful Lease renewal (0: none yet)
+	node     string
+	fleet    *fleetRun
+	main     fleetClients                 // the kubelet's client (QPS 50, burst 100)
+	beat     corev1client.CoreV1Interface // its heartbeat client: same transport, no rate limit, 10 s timeout
+	leases   kubernetes.Interface         // the heartbeat client's Leases, for the lease controller
+	dialer   *connrotation.Dialer         // tracks the kubelet's connections (closed on repeated heartbeat failures)
+	started  time.Time
+	renewNs  atomic.Int64 // Unix ns of its last successful Lease renewal (0: none yet)
+	mu       sync.Mutex
+	streams  [fleetResources]fleetStream
+	open     int       // streams open
+	allOpen  time.Time // first time all were open
+	openedIn time.Duration
+
 	// renewUnsure: a renewal since the last answered one got no answer or a 5xx, so the
 	// partition may have applied it; the 409 that follows is its echo (leaseMeter)
 	renewUnsure atomic.Bool
-	mu          sync.Mutex
-	streams     [fleetResources]fleetStream
-	open        int       // streams open
-	allOpen     time.Time // first time all were open
-	openedIn    time.Duration
 }
 
 // newKubelet builds the clients of node's kubelet: its own certificate, transport and dialer.
@@ -1479,23 +1480,21 @@ type fleetReport struct {
 	ErrorSamples      []apiError                  `json:"error_samples"`       // the first few in full
 	ReflectorErrors   map[string]int              `json:"reflector_errors"`    // what client-go reported (utilruntime.HandleError)
 	LeaseLookupErrors map[string]int              `json:"lease_lookup_errors"` // the lease controller's GETs/creates of its Lease that failed
-	// Echoes: renewals answered 409 after one that got no answer (or a 5xx) was applied all
-	// the same; the failure it echoes is in Errors
-	Echoes            map[string]int `json:"echoes"`
-	Warnings          map[string]int `json:"warnings"` // Warning headers of the server
-	TCPDialed         int64          `json:"tcp_connections_dialed"`
-	ConnResets        int64          `json:"connection_resets"` // repeated heartbeat failures: every connection of a kubelet closed
-	Storms            []fleetStorm   `json:"storms"`
-	Timeline          []fleetPoint   `json:"timeline"`
-	StopReason        string         `json:"stop_reason"` // signal | duration
-	StoppedCleanly    bool           `json:"stopped_cleanly"`
-	RunSeconds        float64        `json:"run_seconds"`
-	CPUSeconds        float64        `json:"cpu_seconds"`
-	RSSBytes          int64          `json:"rss_bytes"`
-	MaxRSSBytes       int64          `json:"max_rss_bytes"`
-	GoroutinesRunning int            `json:"goroutines_running"` // before the kubelets stopped
-	GoroutinesAtStop  int            `json:"goroutines_at_stop"`
-	Fatal             string         `json:"fatal,omitempty"`
+	Echoes            map[string]int              `json:"echoes"`              // renewals answered 409 after an unanswered one was applied: its echo (that failure is in Errors)
+	Warnings          map[string]int              `json:"warnings"`            // Warning headers of the server
+	TCPDialed         int64                       `json:"tcp_connections_dialed"`
+	ConnResets        int64                       `json:"connection_resets"` // repeated heartbeat failures: every connection of a kubelet closed
+	Storms            []fleetStorm                `json:"storms"`
+	Timeline          []fleetPoint                `json:"timeline"`
+	StopReason        string                      `json:"stop_reason"` // signal | duration
+	StoppedCleanly    bool                        `json:"stopped_cleanly"`
+	RunSeconds        float64                     `json:"run_seconds"`
+	CPUSeconds        float64                     `json:"cpu_seconds"`
+	RSSBytes          int64                       `json:"rss_bytes"`
+	MaxRSSBytes       int64                       `json:"max_rss_bytes"`
+	GoroutinesRunning int                         `json:"goroutines_running"` // before the kubelets stopped
+	GoroutinesAtStop  int                         `json:"goroutines_at_stop"`
+	Fatal             string                      `json:"fatal,omitempty"`
 }
 
 // fleetStartReport is the start phase: the ramp and the time until every watch was open.
