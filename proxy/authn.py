@@ -71,19 +71,26 @@ class Authenticator:
         # client shares one Identity (and its impersonation header block).
         self.subjects: LRUCache[Any, Identity | None] = LRUCache(maxsize=_SUBJECT_CACHE_SIZE)
 
+    def certificate_identity(self, peercert: dict[str, Any] | None) -> Identity | None:
+        """The identity a verified client certificate (getpeercert() shape) names, or None (no
+        certificate, or one that names nobody): the request's path that needs no waiting."""
+        if not peercert:
+            return None
+        subject = peercert.get("subject")
+        try:
+            return self.subjects[subject]
+        except KeyError:
+            identity = self.subjects[subject] = _from_certificate(peercert)
+            return identity
+        except TypeError:  # a subject that cannot be a key (no real certificate has one)
+            return _from_certificate(peercert)
+
     async def authenticate(self, peercert: dict[str, Any] | None, authorization: str) -> Identity | None:
         """The client's identity from its verified certificate (getpeercert() shape) or its
         Authorization header, or None (401)."""
-        if peercert:
-            subject = peercert.get("subject")
-            try:
-                identity = self.subjects[subject]
-            except KeyError:
-                identity = self.subjects[subject] = _from_certificate(peercert)
-            except TypeError:  # a subject that cannot be a key (no real certificate has one)
-                identity = _from_certificate(peercert)
-            if identity is not None:
-                return identity
+        identity = self.certificate_identity(peercert)
+        if identity is not None:
+            return identity
         scheme, _, token = authorization.partition(" ")
         token = token.strip()
         if scheme.lower() == "bearer" and token:

@@ -52,8 +52,35 @@ def upstream_header_block(headers: CIMultiDictProxy[str], *, replace: dict[str, 
     CRLF) for `PartitionClient.request(header_block=...)`: the forward's hot path, one string
     instead of a header map copied twice. `replace` sets (a value) or removes (None) headers by
     lower-case name. Raises InvalidRequest for a value with a line break (the fronts' parsers
-    refuse those first)."""
-    replace = replace or {}
+    refuse those first).
+
+    A client sends the same headers on every request (client-go: User-Agent, Accept,
+    Accept-Encoding, Content-Type), so the block of each header set is remembered
+    (`_BLOCKS`), except for sets that carry a credential (Authorization: a bearer token is not
+    kept beyond its request) or that are large."""
+    if "Authorization" in headers:
+        return _header_block(headers, replace or {})
+    key = (tuple(headers.items()), tuple(replace.items()) if replace else ())
+    block = _BLOCKS.get(key)
+    if block is None:
+        block = _header_block(headers, replace or {})
+        if sum(len(name) + len(value) for name, value in key[0]) <= _BLOCK_MEMO_LARGEST:
+            if len(_BLOCKS) >= _BLOCK_MEMO_SIZE:
+                _BLOCKS.clear()
+            _BLOCKS[key] = block
+    return block
+
+
+# header sets whose block is remembered; past it the memo starts again empty. A replica's
+# clients use a few kinds of client (kubelets, controllers, schedulers, kubectl), each one set
+# per request kind; 256 sets of at most _BLOCK_MEMO_LARGEST bytes keep it under ~1 MiB.
+_BLOCK_MEMO_SIZE = 256
+# bytes of header names and values: a larger set is not remembered (client-go's are ~150).
+_BLOCK_MEMO_LARGEST = 2048
+_BLOCKS: dict[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str | None], ...]], str] = {}
+
+
+def _header_block(headers: CIMultiDictProxy[str], replace: dict[str, str | None]) -> str:
     fields = [f"{key}: {value}" for key, value in _upstream_fields(headers, replace)]
     fields += (f"{key}: {value}" for key, value in replace.items() if value is not None)
     if not fields:
@@ -89,12 +116,21 @@ def downstream_raw_headers(raw: list[tuple[bytes, bytes]], *, keep_length: bool)
         if len(name) == 10 and name.lower() == b"connection":
             connection = {t.strip().lower() for t in value.split(b",")}
     out: CIMultiDict[str] = CIMultiDict()
+    add = out.add
     for name, value in raw:
-        lower = name.lower()
-        if lower in _HOP_BY_HOP_BYTES or lower in connection or (not keep_length and lower == b"content-length"):
+        text, lower = _downstream_name(name)
+        if text is None or lower in connection or (not keep_length and lower == b"content-length"):
             continue
-        out.add(name.decode("latin-1"), value.decode("latin-1"))
+        add(text, value.decode("latin-1"))
     return out
+
+
+@functools.lru_cache(maxsize=1024)  # names: a kube-apiserver sends the same few in every answer
+def _downstream_name(name: bytes) -> tuple[str | None, bytes]:
+    """An answer's header name as text (None for a hop-by-hop one, which never goes to the
+    client) and lower-cased."""
+    lower = name.lower()
+    return (None if lower in _HOP_BY_HOP_BYTES else name.decode("latin-1")), lower
 
 
 def downstream_response_headers(headers: CIMultiDictProxy[str] | CIMultiDict[str], *, keep_length: bool) -> CIMultiDict[str]:

@@ -90,6 +90,18 @@ def prefers_protobuf(accept: str) -> bool:
     return "as=" not in first and first.split(";", 1)[0].strip() == "application/vnd.kubernetes.protobuf"
 
 
+def is_consistent_read(info: RequestInfo, query: Mapping[str, str]) -> bool:
+    """A GET without resourceVersion=0 or a LIST without a resourceVersion: a read of the
+    partition's current state, which the partitions answer, never a watch cache (`_cache_mode`:
+    the proxy cannot confirm that its cache is as fresh as the partition, as kube-apiserver's
+    cacher does since KEP-2340). The dispatcher asks this before looking for a cache: most
+    routed GETs are such reads."""
+    verb = info.verb
+    if verb == "get":
+        return query.get("resourceVersion", "") != "0"
+    return verb == "list" and not query.get("resourceVersion", "")
+
+
 def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSpec) -> CachePlan | None:
     """The way to serve `info` from the cache `spec`, or None to go upstream."""
     if not info.is_resource_request or info.malformed or info.subresource:
@@ -98,9 +110,9 @@ def plan(info: RequestInfo, query: Mapping[str, str], accept: str, spec: CacheSp
         return None
     if spec.namespace and info.namespace != spec.namespace:
         return None
+    if is_consistent_read(info, query):
+        return None  # decided before the selectors are parsed
     rv = query.get("resourceVersion", "")
-    if (info.verb == "get" and rv != "0") or (info.verb == "list" and rv == ""):
-        return None  # consistent reads (`_cache_mode`): decided before the selectors are parsed
     if not accepts_plain_json(accept):
         return None
     selectors = _cacheable_selectors(query, spec)

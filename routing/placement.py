@@ -27,7 +27,7 @@ configuration order (a resource held by both roles: leases).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from config.models import PartitionRole, PartitionState, ProxyConfig
 
@@ -35,6 +35,12 @@ from config.models import PartitionRole, PartitionState, ProxyConfig
 # the system partition. kube-node-lease holds node leases, which are node-scoped.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+# namespaces whose tenant partition a Placement remembers (each ~150 bytes: key, value, slot);
+# past it the memo starts again empty. Above the namespaces a federation of tens of thousands of
+# nodes serves (a few per tenant), and small enough (~2.5 MiB) that a client naming arbitrary
+# namespaces cannot grow a replica by more.
+NAMESPACE_MEMO_SIZE = 16_384
 
 _FNV64_OFFSET = 0xCBF29CE484222325
 _FNV64_PRIME = 0x100000001B3
@@ -65,6 +71,9 @@ class Placement:
     all_partitions: tuple[str, ...] = ()  # every live partition, configuration order
     all_space: tuple[str, ...] = ()  # every partition, retired too: the RV space of unions over both roles
     fenced: frozenset[str] = frozenset()  # tenants being moved: their writes get 503
+    # namespace -> its tenant partition, filled by `partition_of_namespace` (a pure function of
+    # the rules above: a new Placement starts empty). Every namespaced request asks it.
+    _namespace_partitions: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> Placement:
@@ -109,6 +118,17 @@ class Placement:
 
     def partition_of_namespace(self, namespace: str, *, tenant: str = "") -> str:
         """The tenant partition that owns a namespace (and everything namespaced in it)."""
+        if tenant:
+            return self._partition_of_namespace(namespace, tenant)
+        memo = self._namespace_partitions
+        partition = memo.get(namespace)
+        if partition is None:
+            if len(memo) >= NAMESPACE_MEMO_SIZE:
+                memo.clear()
+            partition = memo[namespace] = self._partition_of_namespace(namespace, "")
+        return partition
+
+    def _partition_of_namespace(self, namespace: str, tenant: str) -> str:
         if namespace in SYSTEM_NAMESPACES:
             return self.system_partition
         tenant = tenant or self.tenant_of_namespace(namespace)

@@ -571,13 +571,16 @@ def _rewrite_own_rv(data: bytes, fn: RVFn, default_api_version: str, default_kin
     if type_meta_end + 2 > end or data[type_meta_end] != _RAW_KEY:
         return None
     raw_start = type_meta_end
-    length, vs = _varint(data, raw_start + 1, end)
+    length, vs = _short_varint(data, raw_start + 1, end)
     ve = vs + length
-    if ve > end or end - ve > _ENVELOPE_TAIL or any(number <= 2 for _, number, _, _, _ in _fields(data, ve, end)):
+    if ve > end or (ve != end and data[ve:] != _EMPTY_TAIL and (
+            end - ve > _ENVELOPE_TAIL or any(number <= 2 for _, number, _, _, _ in _fields(data, ve, end)))):
         return None  # a second TypeMeta or raw: the general walk merges them
     if _layout_of_type_meta(data[pos + 2 : type_meta_end], default_api_version, default_kind) != _OWN_ONLY:
         return None
-    meta = _only(data, vs, ve, _METADATA_KEY, ordered)
+    meta = _first_only(data, vs, ve, _METADATA_KEY) if ordered else None
+    if meta is None:
+        meta = _only(data, vs, ve, _METADATA_KEY, ordered)
     if meta is None or meta is _ABSENT:
         return None if meta is None else data
     _, meta_vs, meta_ve = meta
@@ -601,6 +604,33 @@ def _rewrite_own_rv(data: bytes, fn: RVFn, default_api_version: str, default_kin
 
 
 _ABSENT = (-1, -1, -1)
+# kube-apiserver's envelope after raw: contentEncoding (3) and contentType (4), both empty
+_EMPTY_TAIL = b"\x1a\x00\x22\x00"
+
+
+def _short_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """`_varint`, with the one- and two-byte varints (every length below 16 KiB) read inline."""
+    if pos + 1 < end:
+        first = data[pos]
+        if first < 0x80:
+            return first, pos + 1
+        second = data[pos + 1]
+        if second < 0x80:
+            return (first & 0x7F) | second << 7, pos + 2
+    return _varint(data, pos, end)
+
+
+def _first_only(data: bytes, start: int, end: int, key: int) -> tuple[int, int, int] | None:
+    """`_only(..., ordered=True)` of a field that comes first in its message (ObjectMeta in an
+    object written in field order): the one field whose key is `key` when it is at `start` and
+    the next field's number is higher; None when it is not so laid out (`_only` then decides)."""
+    if start + 1 >= end or data[start] != key:
+        return None
+    length, vs = _short_varint(data, start + 1, end)
+    ve = vs + length
+    if ve > end or (ve < end and data[ve] >> 3 <= key >> 3):
+        return None
+    return start, vs, ve
 
 
 def _only(data: bytes, start: int, end: int, key: int, ordered: bool) -> tuple[int, int, int] | None:

@@ -25,7 +25,8 @@ Handler = Callable[[Exchange], Awaitable[None]]
 
 
 class Step(Protocol):
-    async def __call__(self, ex: Exchange) -> bool: ...  # pragma: no cover  (True: it answered)
+    # True: it answered; False: go on; an awaitable of either when it must wait (steps.Verdict)
+    def __call__(self, ex: Exchange) -> bool | Awaitable[bool]: ...  # pragma: no cover
 
 
 def default_steps(ctx: ProxyContext) -> list[Step]:
@@ -81,6 +82,9 @@ class Pipeline:
     async def run(self, ex: Exchange) -> None:
         """The steps in order until one answers, then the last (dispatch)."""
         for step in self._steps:
-            if await step(ex):
+            verdict = step(ex)
+            if verdict is False:
+                continue
+            if verdict is True or await verdict:  # not a bool: an awaitable of one
                 return
         await self._last(ex)

@@ -26,7 +26,7 @@ from proxy.handlers.replicate import replicate
 from proxy.handlers.union_list import union_list
 from proxy.handlers.union_watch import union_watch
 from routing.access import resource_attributes
-from routing.cache_policy import CacheMode, CachePlan, choose, prefers_protobuf
+from routing.cache_policy import CacheMode, CachePlan, choose, is_consistent_read, prefers_protobuf
 from routing.decide import RouteKind
 
 _CACHE_VERBS = frozenset({"list", "watch", "get"})
@@ -57,7 +57,8 @@ class Dispatch:
         route = ex.route
         assert route is not None
         info = ex.info
-        if info.verb in _CACHE_VERBS and (info.api_group, info.resource) in self._cached and await self._from_cache(ex):
+        if (info.verb in _CACHE_VERBS and (info.api_group, info.resource) in self._cached
+                and not is_consistent_read(info, ex.request.query) and await self._from_cache(ex)):
             return
         ex.route_kind = route.kind.value
         if route.kind is RouteKind.FORWARD and route.replicate_to:

@@ -4,7 +4,9 @@ chain is the model):
     observe -> limits -> authenticate -> route -> overload -> impersonate -> watch_limits -> dispatch
 
 Each step is a small class holding what it needs (given at start-up), called with the exchange;
-it returns True when it answered (the chain stops there) and False to let the next step run.
+it returns True when it answered (the chain stops there) and False to let the next step run, or,
+when it must wait (a body to read, a token or an impersonation to review, an answer to write), an
+awaitable of that bool. Most requests wait in no step: a plain return costs no coroutine.
 Steps run one after the other, not nested: what one holds for the request's lifetime (an
 in-flight slot, an open-watch count, the request's metrics) is registered with `Exchange.hold`
 and given back when the exchange closes, so a watch costs no coroutine frame per step while it
@@ -15,19 +17,29 @@ is in `proxy.pipeline.dispatch`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from config.models import LimitsConfig
 from proxy import answers
 from proxy.authn import Authenticator
-from proxy.authz import Authorizer, impersonate, impersonation_request
-from proxy.messages import Exchange, Outcome
+from proxy.authz import Authorizer, ImpersonationRequest, impersonate, impersonation_request
+from proxy.messages import Answer, Exchange, Outcome
 from proxy.metrics import Metrics
 from proxy.overload import FAN_OUT, InflightLimiter, Overloaded, request_class
 from proxy.watch_limits import TooManyWatches, WatchLimiter
 from routing.bodies import body_facts
+from routing.decide import Route as Decision
 from routing.decide import RouteKind, RoutingState, decide
 from routing.sli import sli_labels
+
+# what a step returns: True (it answered), False (go on), or an awaitable of either
+Verdict = bool | Awaitable[bool]
+
+
+async def refuse(ex: Exchange, answer: Answer) -> bool:
+    """Answer `ex` with `answer`: the verdict of a step that refuses a request."""
+    await ex.respond(answer)
+    return True
 
 
 class Observe:
@@ -38,7 +50,7 @@ class Observe:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    async def __call__(self, ex: Exchange) -> bool:
+    def __call__(self, ex: Exchange) -> Verdict:
         self.metrics.requests.started("long-running" if ex.long_running else "other")
         ex.hold(self._record, ex, time.monotonic())
         return False
@@ -65,20 +77,17 @@ class Limits:
     def __init__(self, limits: LimitsConfig) -> None:
         self.limits = limits
 
-    async def __call__(self, ex: Exchange) -> bool:
+    def __call__(self, ex: Exchange) -> Verdict:
         limits, request = self.limits, ex.request
         if len(request.raw_path) + len(request.query_string) + 1 > limits.max_url_bytes:
-            await ex.respond(answers.status_answer(414, "BadRequest", f"the request URL is longer than {limits.max_url_bytes} bytes"))
-            return True
+            return refuse(ex, answers.status_answer(414, "BadRequest", f"the request URL is longer than {limits.max_url_bytes} bytes"))
         headers = request.headers
         if headers and max(map(len, headers.keys())) + max(map(len, headers.values())) > limits.max_header_bytes:
             for key, value in headers.items():  # the longest name and the longest value may be two headers
                 if len(key) + len(value) > limits.max_header_bytes:
-                    await ex.respond(answers.status_answer(431, "BadRequest", f"a request header is larger than {limits.max_header_bytes} bytes"))
-                    return True
+                    return refuse(ex, answers.status_answer(431, "BadRequest", f"a request header is larger than {limits.max_header_bytes} bytes"))
         if request.content_length is not None and request.content_length > limits.max_body_bytes:
-            await ex.respond(answers.request_too_large())
-            return True
+            return refuse(ex, answers.request_too_large())
         return False
 
 
@@ -88,7 +97,13 @@ class Authenticate:
     def __init__(self, authn: Authenticator) -> None:
         self.authn = authn
 
-    async def __call__(self, ex: Exchange) -> bool:
+    def __call__(self, ex: Exchange) -> Verdict:
+        ex.identity = self.authn.certificate_identity(ex.request.peercert)
+        if ex.identity is not None:
+            return False
+        return self._by_header(ex)
+
+    async def _by_header(self, ex: Exchange) -> bool:
         ex.identity = await self.authn.authenticate(ex.request.peercert, ex.request.headers.get("Authorization", ""))
         if ex.identity is None:
             await ex.respond(answers.unauthorized())
@@ -105,7 +120,7 @@ class Overload:
         self.limiter = limiter
         self.metrics = metrics
 
-    async def __call__(self, ex: Exchange) -> bool:
+    def __call__(self, ex: Exchange) -> Verdict:
         assert ex.identity is not None and ex.route is not None
         route = ex.route
         klass, user = request_class(ex.request.method, ex.long_running), ex.identity.user
@@ -114,8 +129,7 @@ class Overload:
             self.limiter.acquire(klass, user, partition)
         except Overloaded as exc:
             self.metrics.rejected.labels(exc.request_class, exc.reason).inc()
-            await ex.respond(answers.too_many_requests(f"too many requests: {exc}"))
-            return True
+            return refuse(ex, answers.too_many_requests(f"too many requests: {exc}"))
         ex.hold(self.limiter.release, klass, user, partition)
         return False
 
@@ -129,23 +143,29 @@ class Route:
         self.routing = routing  # the routing state in force (replaced whole when the partition set changes)
         self.max_body_bytes = max_body_bytes
 
-    async def __call__(self, ex: Exchange) -> bool:
+    def __call__(self, ex: Exchange) -> Verdict:
         state = self.routing()  # one state for the whole decision, even if a reload lands meanwhile
         route = decide(ex.info, state)
         if route.kind is RouteKind.NEEDS_BODY:
-            ex.body = await ex.request.body.read(self.max_body_bytes)
-            if len(ex.body) > self.max_body_bytes:
-                await ex.respond(answers.request_too_large())
-                return True
-            name, token_namespace = body_facts(ex.body, ex.request.headers.get("Content-Type", ""))
-            route = decide(ex.info, state, body_name=name, token_namespace=token_namespace)
+            return self._by_body(ex, state)
+        return self._routed(ex, route)
+
+    async def _by_body(self, ex: Exchange, state: RoutingState) -> bool:
+        ex.body = await ex.request.body.read(self.max_body_bytes)
+        if len(ex.body) > self.max_body_bytes:
+            await ex.respond(answers.request_too_large())
+            return True
+        name, token_namespace = body_facts(ex.body, ex.request.headers.get("Content-Type", ""))
+        verdict = self._routed(ex, decide(ex.info, state, body_name=name, token_namespace=token_namespace))
+        return verdict if isinstance(verdict, bool) else await verdict
+
+    @staticmethod
+    def _routed(ex: Exchange, route: Decision) -> Verdict:
         if route.kind is RouteKind.REJECT:
             if route.plain_text:
-                await ex.respond(answers.plain_text(route.status_code, route.message))
-            else:
-                headers = {"Retry-After": str(route.retry_after)} if route.retry_after else None
-                await ex.respond(answers.status_answer(route.status_code, route.reason, route.message, headers=headers))
-            return True
+                return refuse(ex, answers.plain_text(route.status_code, route.message))
+            headers = {"Retry-After": str(route.retry_after)} if route.retry_after else None
+            return refuse(ex, answers.status_answer(route.status_code, route.reason, route.message, headers=headers))
         ex.route = route
         ex.route_kind = route.kind.value
         return False
@@ -158,15 +178,17 @@ class Impersonate:
     def __init__(self, authz: Authorizer) -> None:
         self.authz = authz
 
-    async def __call__(self, ex: Exchange) -> bool:
+    def __call__(self, ex: Exchange) -> Verdict:
         wanted = impersonation_request(ex.request.headers)
-        if wanted is not None:
-            assert ex.identity is not None and ex.route is not None
-            acting, message = await impersonate(self.authz, ex.identity, wanted, ex.route.partitions)
-            if acting is None:
-                await ex.respond(answers.forbidden_message(message))
-                return True
-            ex.identity = acting
+        return False if wanted is None else self._reviewed(ex, wanted)
+
+    async def _reviewed(self, ex: Exchange, wanted: ImpersonationRequest) -> bool:
+        assert ex.identity is not None and ex.route is not None
+        acting, message = await impersonate(self.authz, ex.identity, wanted, ex.route.partitions)
+        if acting is None:
+            await ex.respond(answers.forbidden_message(message))
+            return True
+        ex.identity = acting
         return False
 
 
@@ -176,7 +198,7 @@ class WatchLimits:
     def __init__(self, watches: WatchLimiter) -> None:
         self.watches = watches
 
-    async def __call__(self, ex: Exchange) -> bool:
+    def __call__(self, ex: Exchange) -> Verdict:
         if ex.info.verb != "watch":
             return False
         assert ex.identity is not None
@@ -184,7 +206,6 @@ class WatchLimits:
         try:
             self.watches.acquire(user)
         except TooManyWatches:
-            await ex.respond(answers.too_many_requests(f"too many open watches for this user (limit {self.watches.limit})"))
-            return True
+            return refuse(ex, answers.too_many_requests(f"too many open watches for this user (limit {self.watches.limit})"))
         ex.hold(self.watches.release, user)
         return False

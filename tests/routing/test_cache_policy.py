@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from routing import rv as rvcodec
-from routing.cache_policy import CacheMode, CacheSpec, accepts_plain_json, choose, prefers_protobuf
+from routing.cache_policy import CacheMode, CacheSpec, accepts_plain_json, choose, is_consistent_read, prefers_protobuf
 from routing.requestinfo import parse_request_info
 from routing.selectors import parse_field_selector, parse_label_selector
 
@@ -101,3 +101,26 @@ def test_a_consistent_read_goes_upstream_whatever_its_selectors(selector: dict[s
     valid = "(" not in selector.get("labelSelector", "") and "fieldSelector" not in selector
     assert _choose_get("csi.example.com", {**selector, "resourceVersion": "0"}) == ([CacheMode.GET] if valid else [])
     assert _choose({**selector, "resourceVersion": "0"}) == ([CacheMode.LIST] if valid else [])
+
+
+_QUERY_VALUES = st.sampled_from(["", "0", "4711", str(rvcodec.OBJECT_MARKER + 5), "NotOlderThan", "Exact", "true", "x=y", "10"])
+
+
+@given(
+    verb=st.sampled_from(["get", "list", "watch"]),
+    query=st.dictionaries(st.sampled_from(["resourceVersion", "resourceVersionMatch", "sendInitialEvents", "limit", "continue",
+                                           "labelSelector", "allowWatchBookmarks"]), _QUERY_VALUES),
+)
+def test_the_dispatchers_consistent_read_test_never_hides_a_cache_that_could_answer(verb: str, query: dict[str, str]) -> None:
+    """`is_consistent_read` lets the dispatcher skip the search for a cache: it may only say so
+    for requests no cache answers. Conversely a GET without resourceVersion=0 and a LIST without
+    a resourceVersion are always such reads."""
+    path = f"{CSIDRIVERS}/csi.example.com" if verb == "get" else CSIDRIVERS
+    query = {**query, "watch": "1"} if verb == "watch" else query
+    info = parse_request_info("GET", path, query)
+    assert info.verb == verb
+    modes = [plan.mode for _, plan in choose([SYSTEM], info, query, "application/json", rv_space=(), partitions=("tp1",))]
+    if is_consistent_read(info, query):
+        assert modes == []
+    rv = query.get("resourceVersion", "")
+    assert is_consistent_read(info, query) is ((verb == "get" and rv != "0") or (verb == "list" and rv == ""))

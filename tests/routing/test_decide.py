@@ -599,3 +599,27 @@ def test_decide_never_raises_and_always_names_configured_partitions(
         assert result.partitions[0] in TPS + RPS
         if result.rv_space:
             assert result.partitions[0] in result.rv_space
+
+
+@HYPOTHESIS
+@given(st.lists(st.from_regex(r"[a-z]{1,3}(-[a-z0-9]{1,3})?", fullmatch=True) | st.sampled_from(sorted(SYSTEM_NAMESPACES)), max_size=30))
+def test_a_placement_remembers_namespaces_without_changing_their_owner(namespaces: list[str]) -> None:
+    """`partition_of_namespace` remembers each namespace's owner: asked again (in any order) it
+    answers as the rules do, and a Placement made from the same rules starts with nothing."""
+    placement = Placement.from_config(CONFIG)
+    for namespace in namespaces + namespaces[::-1]:
+        assert placement.partition_of_namespace(namespace) == placement._partition_of_namespace(namespace, "")
+    assert Placement.from_config(CONFIG)._namespace_partitions == {}
+
+
+def test_the_namespace_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import routing.placement as placement_module
+
+    monkeypatch.setattr(placement_module, "NAMESPACE_MEMO_SIZE", 8)
+    placement = Placement.from_config(CONFIG)
+    for i in range(20):
+        assert placement.partition_of_namespace(f"acme-{i}") == "tp2"
+        assert len(placement._namespace_partitions) <= 8
+    # an Arktos tenant in the path decides by itself, and is not remembered under the namespace
+    assert placement.partition_of_namespace("acme-0", tenant="zeta") == "tp1"
+    assert placement.partition_of_namespace("acme-0") == "tp2"

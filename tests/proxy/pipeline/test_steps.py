@@ -107,8 +107,10 @@ def exchange(method: str = "GET", path: str = "/api/v1/namespaces/alpha-web/pods
 
 
 async def passes(step: Any, ex: Exchange) -> bool:
-    """Run one step: True when it let the exchange go on (it did not answer)."""
-    return not await step(ex)
+    """Run one step: True when it let the exchange go on (it did not answer). A step answers
+    with a bool when it has nothing to wait for, else with an awaitable of one."""
+    verdict = step(ex)
+    return not (verdict if isinstance(verdict, bool) else await verdict)
 
 
 def writer(ex: Exchange) -> Writer:
@@ -370,3 +372,43 @@ async def test_the_pipeline_runs_the_steps_in_order_until_one_answers() -> None:
     pipeline._steps = (step("a"), step("c"))
     await pipeline.run(exchange())
     assert order == ["a", "c", "last"]
+
+
+async def test_the_pipeline_takes_a_plain_bool_or_an_awaitable_from_each_step() -> None:
+    order: list[str] = []
+
+    def plain(name: str, verdict: bool = False) -> Any:
+        def run(ex: Exchange) -> bool:
+            order.append(name)
+            return verdict
+
+        return run
+
+    async def last(ex: Exchange) -> None:
+        order.append("last")
+
+    async def waits(ex: Exchange) -> bool:
+        order.append("waits")
+        return False
+
+    pipeline = Pipeline.__new__(Pipeline)
+    pipeline._steps, pipeline._last = (plain("a"), waits, plain("b", verdict=True), plain("c")), last
+    await pipeline.run(exchange())
+    assert order == ["a", "waits", "b"]
+
+
+async def test_a_certificate_clients_routed_get_waits_in_no_step() -> None:
+    """The steps of a request that needs no body, token review, impersonation review or refusal
+    answer with a plain False: none makes a coroutine the pipeline must run."""
+    ex = exchange(identity=None)
+    ex.request.peercert = {"subject": ((("commonName", "system:node:rp1-n1"),), (("organizationName", "system:nodes"),))}
+    metrics = Metrics.create()
+    chain: list[Any] = [
+        steps.Observe(metrics), steps.Limits(LimitsConfig()), steps.Authenticate(Authenticator(AuthConfig(), lambda token: None)),
+        steps.Route(lambda: ROUTING, 1000), steps.Overload(InflightLimiter(FailureConfig()), metrics),
+        steps.Impersonate(Authz(allow=False)),  # type: ignore[arg-type]
+        steps.WatchLimits(WatchLimiter(10)),
+    ]
+    assert [step(ex) for step in chain] == [False] * len(chain)
+    assert ex.route is not None and ex.route.partitions == ("tp1",)
+    ex.close(Outcome.DONE)
