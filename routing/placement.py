@@ -41,6 +41,9 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 # nodes serves (a few per tenant), and small enough (~2.5 MiB) that a client naming arbitrary
 # namespaces cannot grow a replica by more.
 NAMESPACE_MEMO_SIZE = 16_384
+# characters: the longest namespace name (a DNS-1123 label); a longer one in a path (which the
+# partition will refuse) is not remembered, so the memo's keys stay small
+_NAMESPACE_MAX = 63
 
 _FNV64_OFFSET = 0xCBF29CE484222325
 _FNV64_PRIME = 0x100000001B3
@@ -118,7 +121,7 @@ class Placement:
 
     def partition_of_namespace(self, namespace: str, *, tenant: str = "") -> str:
         """The tenant partition that owns a namespace (and everything namespaced in it)."""
-        if tenant:
+        if tenant or len(namespace) > _NAMESPACE_MAX:
             return self._partition_of_namespace(namespace, tenant)
         memo = self._namespace_partitions
         partition = memo.get(namespace)

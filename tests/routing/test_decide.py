@@ -623,3 +623,7 @@ def test_the_namespace_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     # an Arktos tenant in the path decides by itself, and is not remembered under the namespace
     assert placement.partition_of_namespace("acme-0", tenant="zeta") == "tp1"
     assert placement.partition_of_namespace("acme-0") == "tp2"
+    # a name longer than any namespace can be is answered, not remembered
+    placement._namespace_partitions.clear()
+    assert placement.partition_of_namespace("acme-" + "x" * 100) == "tp2"
+    assert placement._namespace_partitions == {}
