@@ -146,7 +146,15 @@ class StatusFields:
 
 
 def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """(value, position after) of the varint at `pos`; at most 10 bytes, before `end`."""
+    """(value, position after) of the varint at `pos`; at most 10 bytes, before `end`.
+    The one- and two-byte varints (every length below 16 KiB) are read without the loop."""
+    if pos + 1 < end:
+        first = data[pos]
+        if first < 0x80:
+            return first, pos + 1
+        second = data[pos + 1]
+        if second < 0x80:
+            return (first & 0x7F) | second << 7, pos + 2
     value = shift = 0
     while pos < end:
         byte = data[pos]
@@ -571,7 +579,7 @@ def _rewrite_own_rv(data: bytes, fn: RVFn, default_api_version: str, default_kin
     if type_meta_end + 2 > end or data[type_meta_end] != _RAW_KEY:
         return None
     raw_start = type_meta_end
-    length, vs = _short_varint(data, raw_start + 1, end)
+    length, vs = _varint(data, raw_start + 1, end)
     ve = vs + length
     if ve > end or (ve != end and data[ve:] != _EMPTY_TAIL and (
             end - ve > _ENVELOPE_TAIL or any(number <= 2 for _, number, _, _, _ in _fields(data, ve, end)))):
@@ -608,25 +616,13 @@ _ABSENT = (-1, -1, -1)
 _EMPTY_TAIL = b"\x1a\x00\x22\x00"
 
 
-def _short_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """`_varint`, with the one- and two-byte varints (every length below 16 KiB) read inline."""
-    if pos + 1 < end:
-        first = data[pos]
-        if first < 0x80:
-            return first, pos + 1
-        second = data[pos + 1]
-        if second < 0x80:
-            return (first & 0x7F) | second << 7, pos + 2
-    return _varint(data, pos, end)
-
-
 def _first_only(data: bytes, start: int, end: int, key: int) -> tuple[int, int, int] | None:
     """`_only(..., ordered=True)` of a field that comes first in its message (ObjectMeta in an
     object written in field order): the one field whose key is `key` when it is at `start` and
     the next field's number is higher; None when it is not so laid out (`_only` then decides)."""
     if start + 1 >= end or data[start] != key:
         return None
-    length, vs = _short_varint(data, start + 1, end)
+    length, vs = _varint(data, start + 1, end)
     ve = vs + length
     if ve > end or (ve < end and data[ve] >> 3 <= key >> 3):
         return None
