@@ -691,7 +691,8 @@ async def create_objects(fed: Federation, names: Sequence[str]) -> dict[str, dic
 
 
 def wait_caches(admin: Http, want: int) -> dict[str, int]:
-    """Poll /debug/caches until the nodes and node-leases caches hold `want` objects each."""
+    """Poll /debug/caches until the nodes cache (and the node-leases cache, when the proxy has
+    one) holds `want` objects each."""
     deadline = time.monotonic() + CACHE_TIMEOUT_SECONDS
     while True:
         caches = {c["name"]: c for c in admin.get_json("/debug/caches")["caches"]}

@@ -19,8 +19,14 @@ A part's microseconds per request = the side's CPU per request (from /proc, meas
 same seconds) x its share of the non-idle samples. The proxy's column minus the lean peer's is
 what the proxy adds, part by part.
 
+`--watching`: a third side, `proxy-watching`. The same load goes straight to the partition
+while py-spy samples the proxy, which routes nothing then: its CPU per request is what its
+watch caches pay for a write made elsewhere (the event: reading the stream, decoding, recording),
+part by part. A write routed through the proxy pays it as well.
+
 Run: `python -m bench.where_cpu_goes [--op get|renew-lease|patch-status] [--client-protocol h2|http/1.1]
-[--seconds 12]`. Needs py-spy (`pip install py-spy`).
+[--seconds 12] [--watching]`. Needs py-spy (`pip install py-spy`). The samples of each side stay
+in `.local/bench/routed_requests/where_cpu_goes-<side>.raw` (py-spy's collapsed stacks).
 """
 
 from __future__ import annotations
@@ -97,6 +103,7 @@ def account(raw: Path) -> collections.Counter[str]:
 
 
 def _measure(side: str, pid: int, kubeconfig: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """`side`'s CPU per request and its parts: the load through `kubeconfig`, py-spy on `pid`."""
     lease_op = args.op == "renew-lease"
     names = [f"rp1-bench-{i}" if lease_op else f"bench-{i}" for i in range(OBJECTS)]
     report = ARTIFACTS / f"{NAME}-{side}.json"
@@ -128,6 +135,8 @@ def main() -> None:
     ap.add_argument("--op", default="get", choices=("get", "renew-lease", "patch-status"))
     ap.add_argument("--client-protocol", default="http/1.1", choices=("h2", "http/1.1"))
     ap.add_argument("--seconds", type=int, default=12)
+    ap.add_argument("--watching", action="store_true",
+                    help="also the proxy while the load goes straight to the partition (module docstring)")
     ap.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"))
     args = ap.parse_args()
     if not Path(args.py_spy).exists():
@@ -148,6 +157,9 @@ def main() -> None:
             "proxy": (proxy.popen.pid, fed.issue_client_kubeconfig("cpu-proxy", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)),
             "lean": (peer.popens[0].pid, fed.issue_client_kubeconfig("cpu-lean", user="admin", groups=[PROXY_ADMINS_GROUP], server=peer.server)),
         }
+        if args.watching:
+            direct = fed.partition("rp1" if args.op == "renew-lease" else "tp1").admin_kubeconfig
+            sides["proxy-watching"] = (proxy.popen.pid, direct)
         results = {side: _measure(side, pid, kubeconfig, args) for side, (pid, kubeconfig) in sides.items()}
     finally:
         if peer is not None:

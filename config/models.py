@@ -314,26 +314,23 @@ class CacheConfig(_Model):
 
 
 def default_caches() -> tuple[CacheConfig, ...]:
-    """Nodes and their Leases over the resource partitions; pods and services over the tenant
-    partitions; CSIDrivers and RuntimeClasses of the system partition: what every kubelet lists
-    and watches (its Node by name, its pods by `spec.nodeName`, every Service, CSIDriver and
-    RuntimeClass), so a kubelet's watches cost no upstream watch and the partitions see one
-    watch per cache instead of one per kubelet (docs/sizing.md).
+    """Nodes over the resource partitions; pods and services over the tenant partitions;
+    CSIDrivers and RuntimeClasses of the system partition: what every kubelet lists and watches
+    (its Node by name, its pods by `spec.nodeName`, every Service, CSIDriver and RuntimeClass),
+    so a kubelet's watches cost no upstream watch and the partitions see one watch per cache
+    instead of one per kubelet (docs/sizing.md).
 
-    The node Leases have no protobuf twin: kubelets write their Lease but never watch Leases,
-    and the few clients that do (node lifecycle controllers, kubectl) read JSON as well. A twin
-    would make every node's renewal, every 10 s, a second event in every worker (76 us of
-    CPU each: docs/sizing.md, "Every node's events in every worker")."""
+    Node Leases are not cached by default. Kubelets write their Lease but never watch Leases; the
+    few clients that do (the node lifecycle controller, kubectl) get a union list and watch over
+    the resource partitions, one upstream watch each. A node-leases cache would make every
+    node's renewal, every 10 s, a watch event in every worker of every replica (70-90 us of CPU
+    each), keep every Lease in every worker, and open one upstream watch per worker on each
+    resource partition: docs/sizing.md, "Every node's events in every worker". Add
+    `{name: node-leases, group: coordination.k8s.io, resource: leases, namespace:
+    kube-node-lease, role: resource, protobuf: false}` to `caches` where many clients watch
+    Leases through the proxy."""
     return (
         CacheConfig(name="nodes", resource="nodes", role=PartitionRole.RESOURCE),
-        CacheConfig(
-            name="node-leases",
-            group="coordination.k8s.io",
-            resource="leases",
-            namespace="kube-node-lease",
-            role=PartitionRole.RESOURCE,
-            protobuf=False,
-        ),
         CacheConfig(name="pods", resource="pods", role=PartitionRole.TENANT),
         CacheConfig(name="services", resource="services", role=PartitionRole.TENANT),
         CacheConfig(name="csidrivers", group="storage.k8s.io", resource="csidrivers", role=SYSTEM_CACHE_ROLE),

@@ -60,8 +60,8 @@ rules:
 - apiGroups: ["", "authentication.k8s.io"]
   resources: [users, groups, uids, serviceaccounts, userextras]
   verbs: [impersonate]
-# The proxy's reflectors list and watch what its watch caches hold (by default nodes, node
-# leases, pods, services, CSIDrivers and RuntimeClasses), with its own credential.
+# The proxy's reflectors list and watch what its watch caches hold (by default nodes, pods,
+# services, CSIDrivers and RuntimeClasses; node leases where configured), with its own credential.
 - apiGroups: [""]
   resources: [nodes, pods, services, namespaces]
   verbs: [get, list, watch]

@@ -130,6 +130,8 @@ def _add_size_flags(size: argparse.ArgumentParser) -> None:
     size.add_argument("--pods-started-per-second", type=float, default=Federation.pods_started_per_second,
                       help="pod churn, federation-wide")
     size.add_argument("--workers", type=_positive_int, default=Federation.workers, help="worker processes per replica")
+    size.add_argument("--node-leases-cache", action="store_true",
+                      help="the proxy's caches include a node-leases cache (not a default: docs/sizing.md)")
 
 
 def _size(args: argparse.Namespace) -> int:
@@ -139,6 +141,7 @@ def _size(args: argparse.Namespace) -> int:
             nodes=args.nodes, pods=args.pods, tenant_partitions=args.tenant_partitions,
             resource_partitions=args.resource_partitions, kubelets_per_replica=args.kubelets_per_replica,
             pods_started_per_second=args.pods_started_per_second, workers=args.workers,
+            node_leases_cache=args.node_leases_cache,
         ))
     except ValueError as exc:
         print(f"partition-proxy size: {exc}", file=sys.stderr)

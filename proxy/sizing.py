@@ -13,14 +13,16 @@ points it was not fitted on (docs/sizing.md, "The model"). The model is linear i
 
 - memory per replica = workers x (base + a control plane's clients + nodes x per-node + pods x
   per-pod) + kubelets of the replica x per-kubelet: each worker process holds its own copy of every
-  cache (nodes with their Leases, pods; protobuf twins included), the kubelets' own state
-  (their connections, cache watchers, identities) is held once, by the worker serving each;
+  cache (nodes, their Leases when a node-leases cache is configured, pods; protobuf twins
+  included), the kubelets' own state (their connections, cache watchers, identities) is held
+  once, by the worker serving each;
 - CPU per replica (cores) = its kubelets x CPU per kubelet-second (Lease renewals, status
   patches, their watches' events) + its share of pod starts x CPU per pod started + the caches'
-  events of every other node: each worker of each replica keeps its own node-leases and nodes
-  caches (and their protobuf twins), so every node's Lease renewal and status update anywhere in
-  the federation is a watch event in every worker (`cache_event_cores`; the events of a
-  replica's own kubelets in the worker serving them are in CPU per kubelet-second already);
+  events of every other node: each worker of each replica keeps its own nodes cache (and its
+  protobuf twin), so every node's status update anywhere in the federation is a watch event in
+  every worker, and so is every Lease renewal when a node-leases cache is configured (it is not
+  by default: config.models.default_caches) (`cache_event_cores`; the events of a replica's own
+  kubelets in the worker serving them are in CPU per kubelet-second already);
 - replicas = ceil(nodes / kubelets per replica), at least 2 (one may roll);
 - upstream watches per partition = replicas x workers x the default caches over it (twins
   included): independent of the number of kubelets;
@@ -52,18 +54,23 @@ BASE_BYTES = 95_714_017
 # their ~170 watches and informers' lists): bench/results/density.json steps[0].proxy.
 # proxy_rss_mib.before_nodes (102.48 MiB) less BASE_BYTES.
 CONTROL_PLANE_BYTES = 11_744_051
-# bytes per node: its Node in the nodes cache and its protobuf twin, and its Lease in the
-# node-leases cache (no twin: config.models.default_caches), each at its steady growth:
+# bytes per node: its Node in the nodes cache and its protobuf twin, each at its steady growth:
 # bench/results/cache_memory.json result.proxy_all.rss_growth_per_object_bytes
-# + proxy_all_protobuf_twin.rss_growth_per_object_bytes + proxy_leases.rss_growth_per_object_bytes.
-NODE_BYTES = 8_192  # 3,940 + 2,981 + 1,271
+# + proxy_all_protobuf_twin.rss_growth_per_object_bytes.
+NODE_BYTES = 6_921  # 3,940 + 2,981
+# bytes per node more with a node-leases cache (no twin): its Lease, the same file,
+# result.proxy_leases.rss_growth_per_object_bytes.
+LEASE_BYTES = 1_271
 # bytes per pod: the pod in the JSON cache and its protobuf twin, steady:
 # bench/results/cache_memory-pods.json result.pods.rss_growth_per_pod_json_and_twin_bytes.
 POD_BYTES = 9_524
 # bytes per kubelet served (its connection, its five cache watchers, its identity) and CPU
 # microseconds per kubelet-second (a Lease renewal every 10 s, a status patch every 60 s, the
 # events of its watches): bench/results/fleet.json, step of FITTED_KUBELETS kubelets, proxy side
-# (rss_per_kubelet_bytes, cpu_us_per_kubelet_s). The CPU figure is an upper bound: at 2,500
+# (rss_per_kubelet_bytes, cpu_us_per_kubelet_s). That fleet ran with a node-leases cache (the
+# default then): each kubelet's renewal was an event in its worker as well, so without one the
+# figure is an upper bound by LEASE_EVENT_CPU_US / LEASE_RENEW_PERIOD_S at most. The CPU figure
+# is an upper bound anyway: at 2,500
 # kubelets the proxy spent 86.7 us per kubelet-second (more work per loop turn under load), so
 # the model over-predicts larger fleets' CPU (by 44 % there: docs/sizing.md).
 KUBELET_BYTES = 106_832
@@ -79,9 +86,9 @@ POD_START_CPU_S = 0.008505
 # connections, no watch of its own: cheaper than a kubelet), from the same two runs.
 KWOK_NODE_CPU_US_PER_S = 58.95
 
-# CPU microseconds, in one worker, per node Lease renewal made anywhere in the federation: the
-# renewal is a watch event in the worker's node-leases cache (its reflector reads, decodes and
-# records it, and writes its event bytes), whichever replica forwarded it or none:
+# CPU microseconds, in one worker with a node-leases cache, per node Lease renewal made anywhere
+# in the federation: the renewal is a watch event in that cache (its reflector reads, decodes
+# and records it, and writes its event bytes), whichever replica forwarded it or none:
 # bench/results/routed_requests-twins-e0038e0.json, case renew-lease,
 # proxy_while_direct.cpu_per_direct_request_ms (0.074 ms: the renewals went straight to the
 # partition, the proxy only watched them) less the idle proxy's share in case get (0.003 ms).
@@ -122,7 +129,7 @@ def _cache_watches(role: str) -> int:
                for spec in default_caches() if spec.role == role)
 
 
-CACHE_WATCHES_RESOURCE_PARTITION = _cache_watches(PartitionRole.RESOURCE)  # nodes and its twin, node-leases: 3
+CACHE_WATCHES_RESOURCE_PARTITION = _cache_watches(PartitionRole.RESOURCE)  # nodes and its twin: 2 (+1 for node-leases)
 CACHE_WATCHES_TENANT_PARTITION = _cache_watches(PartitionRole.TENANT)  # pods and its twin, services: 3
 CACHE_WATCHES_SYSTEM_PARTITION_EXTRA = _cache_watches(SYSTEM_CACHE_ROLE)  # csidrivers, runtimeclasses, twins: 4
 
@@ -130,7 +137,9 @@ CACHE_WATCHES_SYSTEM_PARTITION_EXTRA = _cache_watches(SYSTEM_CACHE_ROLE)  # csid
 @dataclass(frozen=True)
 class Federation:
     """What a federation holds and how its proxy tier is run. `pods_started_per_second` is the
-    pod churn the tier must carry (pods created and run per second, federation-wide)."""
+    pod churn the tier must carry (pods created and run per second, federation-wide).
+    `node_leases_cache`: the proxy's `caches` add a node-leases cache (not a default:
+    config.models.default_caches)."""
 
     nodes: int
     pods: int
@@ -139,6 +148,7 @@ class Federation:
     kubelets_per_replica: int = 5000
     pods_started_per_second: float = 20.0
     workers: int = 1
+    node_leases_cache: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +159,7 @@ class Estimate:
     kubelets_per_replica: int
     memory_per_replica_mib: float
     cores_per_replica: float
-    cache_event_cores_per_worker: float  # of cores_per_replica: other nodes' Lease and status events
+    cache_event_cores_per_worker: float  # of cores_per_replica: other nodes' status (and Lease) events
     upstream_watches_per_tenant_partition: int
     upstream_watches_per_resource_partition: int
     upstream_watches_system_partition: int
@@ -160,28 +170,33 @@ class Estimate:
         return {**asdict(self), "warnings": list(self.warnings)}
 
 
-def replica_memory_bytes(nodes: int, pods: int, kubelets: int, workers: int = 1, *, control_plane: bool = True) -> float:
-    """Bytes of RSS of one replica holding every node and pod in its caches and serving
-    `kubelets` kubelets and, unless `control_plane` is false, a control plane's schedulers and
-    controllers (counted in every replica: any may serve them)."""
+def replica_memory_bytes(nodes: int, pods: int, kubelets: int, workers: int = 1, *, control_plane: bool = True,
+                         node_leases_cache: bool = False) -> float:
+    """Bytes of RSS of one replica holding every node (and, with `node_leases_cache`, its Lease)
+    and pod in its caches and serving `kubelets` kubelets and, unless `control_plane` is false,
+    a control plane's schedulers and controllers (counted in every replica: any may serve them)."""
     base = BASE_BYTES + (CONTROL_PLANE_BYTES if control_plane else 0)
-    return workers * (base + nodes * NODE_BYTES + pods * POD_BYTES) + kubelets * KUBELET_BYTES
+    per_node = NODE_BYTES + (LEASE_BYTES if node_leases_cache else 0)
+    return workers * (base + nodes * per_node + pods * POD_BYTES) + kubelets * KUBELET_BYTES
 
 
-def cache_event_cores(nodes: int, kubelets: int, workers: int = 1) -> float:
+def cache_event_cores(nodes: int, kubelets: int, workers: int = 1, *, node_leases_cache: bool = False) -> float:
     """Cores one replica of `workers` workers serving `kubelets` kubelets spends on the watch
-    events of the other Lease renewals and node status updates of a federation of `nodes` nodes
-    (every worker caches every node; the worker serving a kubelet pays its events inside
-    KUBELET_CPU_US_PER_S)."""
-    per_node_second = LEASE_EVENT_CPU_US / LEASE_RENEW_PERIOD_S + STATUS_EVENT_CPU_US / NODE_STATUS_PERIOD_S
+    events of the other node status updates (and, with `node_leases_cache`, Lease renewals) of a
+    federation of `nodes` nodes (every worker caches every node; the worker serving a kubelet
+    pays its events inside KUBELET_CPU_US_PER_S)."""
+    per_node_second = STATUS_EVENT_CPU_US / NODE_STATUS_PERIOD_S
+    if node_leases_cache:
+        per_node_second += LEASE_EVENT_CPU_US / LEASE_RENEW_PERIOD_S
     return max(0, workers * nodes - kubelets) * per_node_second / 1e6
 
 
-def replica_cores(kubelets: int, pods_started_per_second: float, *, nodes: int = 0, workers: int = 1) -> float:
+def replica_cores(kubelets: int, pods_started_per_second: float, *, nodes: int = 0, workers: int = 1,
+                  node_leases_cache: bool = False) -> float:
     """Cores one replica uses for `kubelets` kubelets, its share of pod starts and, in a
     federation of `nodes` nodes (0: only its own kubelets' nodes), the other nodes' events."""
     return (kubelets * KUBELET_CPU_US_PER_S / 1e6 + pods_started_per_second * POD_START_CPU_S
-            + cache_event_cores(max(nodes, kubelets), kubelets, workers))
+            + cache_event_cores(max(nodes, kubelets), kubelets, workers, node_leases_cache=node_leases_cache))
 
 
 def estimate(f: Federation) -> Estimate:
@@ -191,8 +206,10 @@ def estimate(f: Federation) -> Estimate:
         raise ValueError("partitions, kubelets per replica and workers must be at least 1; nodes and pods not negative")
     replicas = max(MIN_REPLICAS, math.ceil(f.nodes / f.kubelets_per_replica))
     kubelets = math.ceil(f.nodes / replicas)
-    cores = replica_cores(kubelets, f.pods_started_per_second / replicas, nodes=f.nodes, workers=f.workers)
-    events_per_worker = cache_event_cores(f.nodes, kubelets, f.workers) / f.workers
+    leases = f.node_leases_cache
+    cores = replica_cores(kubelets, f.pods_started_per_second / replicas, nodes=f.nodes, workers=f.workers,
+                          node_leases_cache=leases)
+    events_per_worker = cache_event_cores(f.nodes, kubelets, f.workers, node_leases_cache=leases) / f.workers
     per_worker = replicas * f.workers
     warnings = []
     for role, count in (("tenant", f.tenant_partitions), ("resource", f.resource_partitions)):
@@ -201,9 +218,11 @@ def estimate(f: Federation) -> Estimate:
                             f"{MAX_PARTITIONS_PER_RV_SPACE} roll epochs over in seconds at 5,000 writes/s "
                             f"(docs/resource-versions.md); split them into groups the proxy does not offer yet")
     if events_per_worker > CACHE_EVENT_CORES_WARNING:
-        warnings.append(f"{events_per_worker:.2f} cores of each worker go to other nodes' Lease renewals and status "
-                        f"updates (every worker caches every node; more workers or replicas do not lower it): "
-                        f"drop the node-leases cache from `caches` unless clients watch Leases through the proxy "
+        advice = ("drop the node-leases cache from `caches` unless clients watch Leases through the proxy" if leases
+                  else "lower how often nodes report their status (nodeStatusReportFrequency)")
+        warnings.append(f"{events_per_worker:.2f} cores of each worker go to other nodes' "
+                        f"{'Lease renewals and status updates' if leases else 'status updates'} "
+                        f"(every worker caches every node; more workers or replicas do not lower it): {advice} "
                         f"(docs/sizing.md, \"Every node's events in every worker\")")
     if cores > 0.8 * f.workers:
         warnings.append(f"{cores:.2f} cores per replica for {f.workers} worker(s) of one core each: "
@@ -212,11 +231,11 @@ def estimate(f: Federation) -> Estimate:
     return Estimate(
         replicas=replicas,
         kubelets_per_replica=kubelets,
-        memory_per_replica_mib=round(replica_memory_bytes(f.nodes, f.pods, kubelets, f.workers) / MIB, 1),
+        memory_per_replica_mib=round(replica_memory_bytes(f.nodes, f.pods, kubelets, f.workers, node_leases_cache=leases) / MIB, 1),
         cores_per_replica=round(cores, 3),
         cache_event_cores_per_worker=round(events_per_worker, 3),
         upstream_watches_per_tenant_partition=watches_tp,
-        upstream_watches_per_resource_partition=per_worker * CACHE_WATCHES_RESOURCE_PARTITION,
+        upstream_watches_per_resource_partition=per_worker * (CACHE_WATCHES_RESOURCE_PARTITION + int(leases)),
         upstream_watches_system_partition=watches_tp + per_worker * CACHE_WATCHES_SYSTEM_PARTITION_EXTRA,
         upstream_connections_per_partition_max=per_worker * (CACHE_WATCHES_TENANT_PARTITION + CACHE_WATCHES_SYSTEM_PARTITION_EXTRA
                                                              + MAX_IDLE_PER_ENDPOINT),

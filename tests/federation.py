@@ -30,8 +30,9 @@ from tests import rvscan
 
 RV_TABLE = ("kube-system", "partition-proxy-resource-versions")  # the proxy's default
 
-# The proxy's default caches (node-leases with its protobuf twin, off by default, to test the twin of a
-# metadata-only kind) plus one filtered by label, to tell narrower from wider selectors.
+# The proxy's nodes cache, a node-leases cache (not a default since 2026-11-28, cached here with
+# its protobuf twin, to test the twin of a metadata-only kind and a cache operators may add) and
+# one filtered by label, to tell narrower from wider selectors.
 TEST_CACHES = [
     {"name": "nodes", "resource": "nodes", "role": "resource"},
     {"name": "node-leases", "group": "coordination.k8s.io", "resource": "leases", "namespace": "kube-node-lease", "role": "resource"},

@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from config import parse_config
+from config.models import default_caches
 from tests.chart.conftest import REPO, Helm, by_kind, rendered_config
+from tests.config.test_load import _valid
 
 KUBE_VERSIONS = ["1.33.0", "1.34.0", "1.35.0", "1.36.0"]
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1"
@@ -230,6 +233,12 @@ def test_config_map_maps_values_onto_the_proxy_config_and_points_into_the_mounte
         assert mounts[path.rsplit("/", 1)[0]]["secret"]["secretName"] == "partition-proxy-tls"
     assert mounts["/etc/partition-proxy/config"]["configMap"]["name"] == "pp-partition-proxy"  # a directory: updated in place
     assert all("subPath" not in m for m in pod["containers"][0]["volumeMounts"])
+
+
+def test_the_charts_default_caches_are_the_proxys_own(helm: Helm) -> None:
+    """values.yaml's `caches` render to config.models.default_caches (no node-leases: docs/sizing.md)."""
+    rendered = parse_config({**_valid(), "caches": rendered_config(helm.template())["caches"]}).caches
+    assert rendered == default_caches()
 
 
 def test_a_changed_config_changes_the_pod_template_so_replicas_roll(helm: Helm) -> None:

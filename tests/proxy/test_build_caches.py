@@ -47,14 +47,23 @@ def test_a_system_cache_of_namespaced_or_node_objects_fails_naming_the_field(gro
         build_caches(parse_config(doc))
 
 
-def test_the_default_caches_twin_what_kubelets_watch_and_not_the_node_leases() -> None:
+def test_the_default_caches_are_what_kubelets_watch_twinned_and_no_node_leases() -> None:
     """Kubelets watch nodes, pods, CSIDrivers and RuntimeClasses protobuf first (services: their
-    selectable fields are not read from protobuf, proxy.app.build_caches);
-    they write their Lease but never watch Leases, so a twin of node-leases would only double
-    every renewal's event in every worker (docs/sizing.md)."""
+    selectable fields are not read from protobuf, proxy.app.build_caches). They write their
+    Lease but never watch Leases, so node Leases are not cached: a cache of them would make every
+    renewal an event in every worker (docs/sizing.md, "Every node's events in every worker")."""
     doc = _valid()
     doc.pop("caches", None)
     built, _node_index = build_caches(parse_config(doc))
     twins = {c.spec.name: (c.protobuf.spec.name if c.protobuf is not None else None) for c in built}
-    assert twins == {"nodes": "nodes-protobuf", "node-leases": None, "pods": "pods-protobuf", "services": None,
+    assert twins == {"nodes": "nodes-protobuf", "pods": "pods-protobuf", "services": None,
                      "csidrivers": "csidrivers-protobuf", "runtimeclasses": "runtimeclasses-protobuf"}
+
+
+def test_a_node_leases_cache_as_the_docs_write_it_has_no_twin() -> None:
+    """The entry config.models.default_caches and the chart's values tell operators to add."""
+    doc = _valid()
+    doc["caches"] = [{"name": "node-leases", "group": "coordination.k8s.io", "resource": "leases",
+                      "namespace": "kube-node-lease", "role": "resource", "protobuf": False}]
+    built, _node_index = build_caches(parse_config(doc))
+    assert [(c.spec.name, c.protobuf) for c in built] == [("node-leases", None)]

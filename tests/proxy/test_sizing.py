@@ -37,8 +37,8 @@ def test_memory_coefficients_are_the_figures_of_the_runs_they_name() -> None:
     nodes = _result("cache_memory.json")["result"]
     assert sizing.BASE_BYTES == pytest.approx(nodes["proxy_all"]["rss_before_mib"] * MIB, abs=1)
     assert sizing.NODE_BYTES == (nodes["proxy_all"]["rss_growth_per_object_bytes"]
-                                 + nodes["proxy_all_protobuf_twin"]["rss_growth_per_object_bytes"]
-                                 + nodes["proxy_leases"]["rss_growth_per_object_bytes"])  # node-leases has no twin
+                                 + nodes["proxy_all_protobuf_twin"]["rss_growth_per_object_bytes"])
+    assert sizing.LEASE_BYTES == nodes["proxy_leases"]["rss_growth_per_object_bytes"]  # a node-leases cache has no twin
     pods = _result("cache_memory-pods.json")["result"]["pods"]
     assert sizing.POD_BYTES == pods["rss_growth_per_pod_json_and_twin_bytes"]
     control_plane = _density_step("density.json")["proxy"]["proxy_rss_mib"]["before_nodes"] * MIB - sizing.BASE_BYTES
@@ -58,7 +58,7 @@ def test_cache_event_coefficients_are_the_proxys_cpu_while_writes_went_straight_
         idle_ms = cases["get"]["proxy_while_direct"]["cpu_per_direct_request_ms"]
         return float((cases[op]["proxy_while_direct"]["cpu_per_direct_request_ms"] - idle_ms) * 1000)
 
-    # the default caches: node-leases without a protobuf twin (config.models.default_caches), pods with one
+    # node-leases without a protobuf twin (as `size --node-leases-cache` counts it), pods with one
     assert sizing.LEASE_EVENT_CPU_US == pytest.approx(per_write_us("routed_requests-twins-e0038e0.json", "renew-lease"), abs=0.5)
     assert sizing.STATUS_EVENT_CPU_US == pytest.approx(per_write_us("routed_requests-twins-e0038e0.json", "patch-status"), abs=0.5)
 
@@ -66,17 +66,32 @@ def test_cache_event_coefficients_are_the_proxys_cpu_while_writes_went_straight_
 def test_every_worker_pays_every_other_nodes_events() -> None:
     assert sizing.cache_event_cores(nodes=1000, kubelets=1000) == 0  # one worker serving every kubelet: in the fitted figure
     one = sizing.cache_event_cores(nodes=50_000, kubelets=5000)
-    assert one == pytest.approx(45_000 * (sizing.LEASE_EVENT_CPU_US / 10 + sizing.STATUS_EVENT_CPU_US / 60) / 1e6)
+    assert one == pytest.approx(45_000 * sizing.STATUS_EVENT_CPU_US / 60 / 1e6)
+    with_leases = sizing.cache_event_cores(nodes=50_000, kubelets=5000, node_leases_cache=True)
+    assert with_leases == pytest.approx(45_000 * (sizing.LEASE_EVENT_CPU_US / 10 + sizing.STATUS_EVENT_CPU_US / 60) / 1e6)
     assert sizing.cache_event_cores(nodes=50_000, kubelets=5000, workers=2) > 2 * one  # a second worker pays them all
-    big = sizing.estimate(sizing.Federation(nodes=50_000, pods=0, tenant_partitions=5, resource_partitions=5,
-                                            pods_started_per_second=0))
-    small = sizing.estimate(sizing.Federation(nodes=10_000, pods=0, tenant_partitions=5, resource_partitions=5,
-                                              pods_started_per_second=0))
-    assert big.kubelets_per_replica == small.kubelets_per_replica == 5000
-    assert big.cores_per_replica - small.cores_per_replica == pytest.approx(
-        sizing.cache_event_cores(50_000, 5000) - sizing.cache_event_cores(10_000, 5000), abs=0.002)
-    assert any("other nodes' Lease renewals" in w for w in big.warnings)
-    assert not any("other nodes' Lease renewals" in w for w in small.warnings)
+    for leases in (False, True):
+        big = sizing.estimate(sizing.Federation(nodes=50_000, pods=0, tenant_partitions=5, resource_partitions=5,
+                                                pods_started_per_second=0, node_leases_cache=leases))
+        small = sizing.estimate(sizing.Federation(nodes=10_000, pods=0, tenant_partitions=5, resource_partitions=5,
+                                                  pods_started_per_second=0, node_leases_cache=leases))
+        assert big.kubelets_per_replica == small.kubelets_per_replica == 5000
+        assert big.cores_per_replica - small.cores_per_replica == pytest.approx(
+            sizing.cache_event_cores(50_000, 5000, node_leases_cache=leases)
+            - sizing.cache_event_cores(10_000, 5000, node_leases_cache=leases), abs=0.002)
+        assert not any("other nodes'" in w for w in small.warnings)
+        # a node-leases cache costs every worker half a core at 50,000 nodes; status updates alone do not
+        assert any("other nodes' Lease renewals" in w for w in big.warnings) is leases
+
+
+def test_a_node_leases_cache_adds_its_leases_and_a_watch_per_worker_on_each_resource_partition() -> None:
+    without = sizing.estimate(sizing.Federation(nodes=50_000, pods=0, tenant_partitions=5, resource_partitions=5))
+    with_ = sizing.estimate(sizing.Federation(nodes=50_000, pods=0, tenant_partitions=5, resource_partitions=5,
+                                              node_leases_cache=True))
+    assert with_.memory_per_replica_mib - without.memory_per_replica_mib == pytest.approx(
+        50_000 * sizing.LEASE_BYTES / MIB, abs=0.2)
+    assert with_.upstream_watches_per_resource_partition - without.upstream_watches_per_resource_partition == with_.replicas
+    assert with_.cores_per_replica > without.cores_per_replica
 
 
 def test_pod_start_cpu_solves_the_two_density_runs() -> None:
@@ -90,9 +105,10 @@ def test_pod_start_cpu_solves_the_two_density_runs() -> None:
 
 @pytest.mark.parametrize("name", ["density.json", "density-5000.json", "density-10000.json"])
 def test_memory_of_nodes_cached_predicts_the_density_runs(name: str) -> None:
-    """Not fitted on: the proxy's RSS once the nodes and their Leases are cached."""
+    """Not fitted on: the proxy's RSS once the nodes and their Leases are cached (those runs had a
+    node-leases cache, a default until 2026-11-28)."""
     step = _density_step(name)
-    predicted = sizing.replica_memory_bytes(step["nodes"], 0, 0) / MIB
+    predicted = sizing.replica_memory_bytes(step["nodes"], 0, 0, node_leases_cache=True) / MIB  # the default then
     measured = step["proxy"]["proxy_rss_mib"]["after_nodes"]
     assert abs(predicted / measured - 1) <= TOLERANCE, (predicted, measured)
 
@@ -114,7 +130,8 @@ def test_kubelets_fitted_at_one_fleet_size_predict_the_memory_of_the_next() -> N
     assert _served_steps(), "bench/results/fleet.json has no served step past the fitted one"
     for kubelets in _served_steps():
         figures = _fleet_step(kubelets)["proxy"]["server_figures"]
-        predicted = sizing.replica_memory_bytes(kubelets, 0, kubelets, control_plane=False) / MIB
+        predicted = sizing.replica_memory_bytes(kubelets, 0, kubelets, control_plane=False,
+                                                node_leases_cache=True) / MIB  # the default then
         assert abs(predicted / figures["rss_after_mib"] - 1) <= TOLERANCE, (kubelets, predicted, figures)
 
 
