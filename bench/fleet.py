@@ -41,8 +41,14 @@ The sides run one after the other (proxy, then direct), each with its own fleet.
    down time, and the SubjectAccessReviews the partitions answered meanwhile
    (`apiserver_request_total{resource="subjectaccessreviews"}` growth, per kubelet).
 
-Output: one JSON document (stdout and .local/bench/fleet.json); the fleets' own reports in
-.local/bench/fleet/. Ctrl-C/SIGTERM stops every process and deletes the federation root
+`--profile`: py-spy samples the proxy's workers through the steady window (native frames
+included, as `bench.where_cpu_goes` does) and the step reports where a kubelet-second goes, part
+by part (`bench.where_cpu_goes.account`: microseconds per kubelet-second per part). py-spy
+stops each worker briefly per sample, so the window's CPU figures of such a run read a few per
+cent high; compare parts within it, and CPU across runs without it.
+
+Output: one JSON document (stdout and .local/bench/fleet.json); the fleets' own reports (and
+`--profile`'s py-spy samples, `proxy-<N>.raw`) in .local/bench/fleet/. Ctrl-C/SIGTERM stops every process and deletes the federation root
 (`.local/bench/work/fleet`, also deleted after a normal run unless `--keep`).
 
 Run: `python -m bench.fleet [--kubelets 1000[,5000,10000]] [--sides proxy,direct] [--duration 120]`.
@@ -90,6 +96,7 @@ from bench.common import (
     run_steps,
 )
 from bench.density import GoClients, Http, parse_metrics, proxy_watch_counts, watch_counts
+from bench.where_cpu_goes import account
 from hack.federation import PROXY_ADMINS_GROUP, Federation
 from hack.procs import TCP_ESTABLISHED, TcpSocket, read_sockets, socket_inodes
 from hack.proxy_process import ProxyProcess
@@ -150,6 +157,7 @@ class Params:
     content_type: str
     keep: bool
     trace_memory: bool = False  # the proxy traces Python's allocations (PYTHONTRACEMALLOC=1, /debug/memory)
+    profile: bool = False  # py-spy samples the proxy through the steady window (module docstring)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Params:
@@ -168,6 +176,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
     ap.add_argument("--keep", action="store_true", help="keep the federation root (logs, etcd data) after the run")
     ap.add_argument("--trace-memory", action="store_true",
                     help="the proxy traces Python's allocations: where each kubelet's bytes go (RSS is then inflated by the tracing)")
+    ap.add_argument("--profile", action="store_true",
+                    help="py-spy samples the proxy through the steady window: where a kubelet-second goes (needs py-spy)")
     a = ap.parse_args(argv)
     try:
         steps = tuple(int(x) for x in a.kubelets.split(",") if x.strip())
@@ -175,7 +185,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
         raise Refused(f"--kubelets must be counts separated by commas, not {a.kubelets!r}") from None
     params = Params(steps=steps, sides=tuple(x.strip() for x in a.sides.split(",") if x.strip()), duration=a.duration,
                     ramp=a.ramp, status_interval=a.status_interval, lease_interval=a.lease_interval, storm=not a.no_storm,
-                    content_type=a.content_type, keep=a.keep, trace_memory=a.trace_memory)
+                    content_type=a.content_type, keep=a.keep, trace_memory=a.trace_memory, profile=a.profile)
     validate(params)
     return params
 
@@ -188,6 +198,8 @@ def validate(p: Params) -> None:
         raise Refused(f"--sides must be proxy and/or direct, each once, not {','.join(p.sides)!r}")
     if not p.duration > 0 or not p.ramp > 0 or not p.lease_interval > 0 or p.status_interval < 0:
         raise Refused("--duration, --ramp and --lease-interval must be positive, --status-interval not negative")
+    if p.profile and not PY_SPY.exists():
+        raise Refused(f"--profile needs py-spy ({PY_SPY}): pip install py-spy")
 
 
 def fleet_node_names(n: int) -> list[str]:
@@ -616,9 +628,15 @@ def run_side(step: Step, side: str) -> dict[str, Any]:
             f"then {p.duration:g} s of steady state")
         time.sleep(SETTLE_SECONDS)
         st0, s0 = fleet.status() or {}, snapshot(step, side, fleet.proc.pid)
-        time.sleep(p.duration)
+        raw = ARTIFACTS / f"{tag}.raw" if p.profile and side == "proxy" else None
+        if raw is not None:
+            sample(step.proxy_pid(), raw, p.duration)
+        else:
+            time.sleep(p.duration)
         st1, s1 = fleet.status() or {}, snapshot(step, side, fleet.proc.pid)
         out.update(steady_figures(n, side, base, idle, (s0, s1), (st0, st1)))
+        if raw is not None:
+            out["profile"] = profile_parts(raw, out["server_figures"]["cpu_us_per_kubelet_s_gross"] or 0.0)
         if side == "proxy" and p.storm:
             out["storm"] = storm(step, fleet)
     finally:
@@ -628,6 +646,27 @@ def run_side(step: Step, side: str) -> dict[str, Any]:
 
 
 MEMORY_SITES_SHOWN = 20  # allocation sites listed per step, the largest growth first
+PY_SPY = Path(shutil.which("py-spy") or Path(sys.executable).parent / "py-spy")
+PY_SPY_RATE = 100  # samples per second per worker: ~12,000 over a 120 s window, little overhead
+
+
+def sample(pid: int, raw: Path, seconds: float) -> None:
+    """py-spy on the proxy `pid` and its workers for `seconds`, native frames included, its
+    collapsed stacks written to `raw`. Raises CalledProcessError."""
+    subprocess.run([str(PY_SPY), "record", "-p", str(pid), "--subprocesses", "--native", "-r", str(PY_SPY_RATE),
+                    "-d", str(round(seconds)), "-f", "raw", "-o", str(raw)], check=True, capture_output=True)
+
+
+def profile_parts(raw: Path, cpu_us_per_kubelet_s: float) -> dict[str, Any]:
+    """The proxy's CPU per kubelet-second (gross: the idle proxy's included, as the samples
+    are), split by part in proportion to the busy samples (`bench.where_cpu_goes.account`)."""
+    counts = account(raw)
+    busy = sum(n for part, n in counts.items() if part != "idle (epoll)")
+    return {
+        "samples": dict(counts),
+        "us_per_kubelet_s": {part: round(cpu_us_per_kubelet_s * n / busy, 1)
+                             for part, n in counts.most_common() if part != "idle (epoll)" and busy},
+    }
 
 
 def memory_growth(n: int, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

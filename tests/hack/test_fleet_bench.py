@@ -5,6 +5,8 @@ kube-apiserver 1.36 produce."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench import fleet
@@ -194,3 +196,21 @@ def test_memory_growth_is_per_kubelet_and_lists_the_sites_that_grew_most() -> No
     got = fleet.memory_growth(10, before, after)
     assert got["rss_bytes"] == 20_000 and got["traced_bytes"] == 10_000 and got["untraced_bytes"] == 10_000
     assert got["sites"] == [{"site": "b.py:2", "bytes": 8_000}, {"site": "c.py:3", "bytes": 2_000}, {"site": "a.py:1", "bytes": 0}]
+
+
+def test_a_profile_splits_the_gross_cpu_per_kubelet_second_over_the_busy_samples(tmp_path: Path) -> None:
+    raw = tmp_path / "proxy-10.raw"
+    raw.write_text(
+        "process 1;Runner.run (asyncio/runners.py:118);Reflector._on_event (proxy/cache/reflector.py:190) 30\n"
+        "process 1;Runner.run (asyncio/runners.py:118);SSL_read (libssl.so.3) 10\n"
+        "process 1;Runner.run (asyncio/runners.py:118);epoll_wait (libc.so.6) 60\n"
+    )
+    parts = fleet.profile_parts(raw, 80.0)
+    assert parts["us_per_kubelet_s"] == {"watch caches and reflectors": 60.0, "TLS": 20.0}
+    assert parts["samples"]["idle (epoll)"] == 60
+
+
+def test_profiling_without_py_spy_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(fleet, "PY_SPY", tmp_path / "py-spy")
+    with pytest.raises(Refused, match="--profile needs py-spy"):
+        parse_args(["--profile"])
