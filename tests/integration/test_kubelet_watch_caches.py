@@ -1,4 +1,4 @@
-"""A fleet of kubelets' watches through a proxy with the default caches (nodes, node Leases, pods,
+"""A fleet of kubelets' watches through a proxy with the default caches (nodes, pods,
 services, CSIDrivers, RuntimeClasses): served from the caches, so the partitions' own watch
 counts do not move however many kubelets watch; each kubelet gets its node's pods from both
 tenant partitions, and the system partition's CSIDrivers in its native resourceVersions, as the
