@@ -24,8 +24,13 @@ while py-spy samples the proxy, which routes nothing then: its CPU per request i
 watch caches pay for a write made elsewhere (the event: reading the stream, decoding, recording),
 part by part. A write routed through the proxy pays it as well.
 
+`--pin`: as `bench.routed_requests --pin`, the proxy and the lean peer on the last CPU, the
+partitions, the load client and py-spy on the first. py-spy samples wall time, so unpinned, a
+side preempted by a partition it just woke (a write to it) is sampled inside that write; pinned,
+the side's core is its own and its samples follow its CPU.
+
 Run: `python -m bench.where_cpu_goes [--op get|renew-lease|patch-status] [--client-protocol h2|http/1.1]
-[--seconds 12] [--watching]`. Needs py-spy (`pip install py-spy`). The samples of each side stay
+[--seconds 12] [--watching] [--pin]`. Needs py-spy (`pip install py-spy`). The samples of each side stay
 in `.local/bench/routed_requests/where_cpu_goes-<side>.raw` (py-spy's collapsed stacks).
 """
 
@@ -54,6 +59,7 @@ from bench.routed_requests import (
     Peer,
     create_objects,
     group_cpu_seconds,
+    pin,
 )
 from hack.federation import PROXY_ADMINS_GROUP, Federation
 from hack.proxy_process import ProxyProcess
@@ -135,12 +141,18 @@ def main() -> None:
     ap.add_argument("--op", default="get", choices=("get", "renew-lease", "patch-status"))
     ap.add_argument("--client-protocol", default="http/1.1", choices=("h2", "http/1.1"))
     ap.add_argument("--seconds", type=int, default=12)
+    ap.add_argument("--pin", action="store_true", help="the proxy and the lean peer on a CPU of their own (module docstring)")
     ap.add_argument("--watching", action="store_true",
                     help="also the proxy while the load goes straight to the partition (module docstring)")
     ap.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"))
     args = ap.parse_args()
     if not Path(args.py_spy).exists():
         ap.error("py-spy not found: pip install py-spy")
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cpus) < 2:
+        ap.error("--pin needs two CPUs")
+    if args.pin:  # this process, and so the federation, the load client and py-spy, on the first CPU
+        os.sched_setaffinity(0, {cpus[0]})
     install_sigterm()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -151,8 +163,10 @@ def main() -> None:
         fed.start()
         proxy = ProxyProcess(fed, fed.root / "proxy", workers=1).start(timeout=180)
         peer = Peer(fed, PEER_MODULES["lean"], fed.root / "lean", 1).start(fed.ca_file)
-        asyncio.run(create_objects(fed, OBJECTS))
         assert proxy.popen is not None
+        if args.pin:
+            pin([proxy.popen.pid, *peer.sessions()], {cpus[-1]})
+        asyncio.run(create_objects(fed, OBJECTS))
         sides = {
             "proxy": (proxy.popen.pid, fed.issue_client_kubeconfig("cpu-proxy", user="admin", groups=[PROXY_ADMINS_GROUP], server=proxy.server)),
             "lean": (peer.popens[0].pid, fed.issue_client_kubeconfig("cpu-lean", user="admin", groups=[PROXY_ADMINS_GROUP], server=peer.server)),
