@@ -96,7 +96,7 @@ from bench.common import (
     run_steps,
 )
 from bench.density import GoClients, Http, parse_metrics, proxy_watch_counts, watch_counts
-from bench.where_cpu_goes import account
+from bench.where_cpu_goes import PY_SPY, account, busy_parts
 from hack.federation import PROXY_ADMINS_GROUP, Federation
 from hack.procs import TCP_ESTABLISHED, TcpSocket, read_sockets, socket_inodes
 from hack.proxy_process import ProxyProcess
@@ -646,7 +646,6 @@ def run_side(step: Step, side: str) -> dict[str, Any]:
 
 
 MEMORY_SITES_SHOWN = 20  # allocation sites listed per step, the largest growth first
-PY_SPY = Path(shutil.which("py-spy") or Path(sys.executable).parent / "py-spy")
 PY_SPY_RATE = 100  # samples per second per worker: ~12,000 over a 120 s window, little overhead
 
 
@@ -661,12 +660,7 @@ def profile_parts(raw: Path, cpu_us_per_kubelet_s: float) -> dict[str, Any]:
     """The proxy's CPU per kubelet-second (gross: the idle proxy's included, as the samples
     are), split by part in proportion to the busy samples (`bench.where_cpu_goes.account`)."""
     counts = account(raw)
-    busy = sum(n for part, n in counts.items() if part != "idle (epoll)")
-    return {
-        "samples": dict(counts),
-        "us_per_kubelet_s": {part: round(cpu_us_per_kubelet_s * n / busy, 1)
-                             for part, n in counts.most_common() if part != "idle (epoll)" and busy},
-    }
+    return {"samples": dict(counts), "us_per_kubelet_s": busy_parts(counts, cpu_us_per_kubelet_s)}
 
 
 def memory_growth(n: int, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

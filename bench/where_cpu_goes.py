@@ -66,6 +66,7 @@ from hack.proxy_process import ProxyProcess
 
 NAME = "where_cpu_goes"
 OBJECTS = 16
+PY_SPY = Path(shutil.which("py-spy") or Path(sys.executable).parent / "py-spy")  # the venv's, when not on PATH
 _PYSPY_RATE = 250  # samples per second: enough for ~3,000 samples per side, little overhead
 
 # (part, rule) in order; a rule matches a frame's (function, file) text. Python frames are
@@ -108,6 +109,15 @@ def account(raw: Path) -> collections.Counter[str]:
     return counts
 
 
+def busy_parts(counts: collections.Counter[str], cpu_us: float) -> dict[str, float]:
+    """`cpu_us` (microseconds of a side's CPU per unit: a request, a kubelet-second) split over
+    the parts of `account` in proportion to their non-idle samples, the largest first."""
+    busy = sum(n for part, n in counts.items() if part != "idle (epoll)")
+    if not busy:
+        return {}
+    return {part: round(cpu_us * n / busy, 1) for part, n in counts.most_common() if part != "idle (epoll)"}
+
+
 def _measure(side: str, pid: int, kubeconfig: Path, args: argparse.Namespace) -> dict[str, Any]:
     """`side`'s CPU per request and its parts: the load through `kubeconfig`, py-spy on `pid`."""
     lease_op = args.op == "renew-lease"
@@ -130,8 +140,7 @@ def _measure(side: str, pid: int, kubeconfig: Path, args: argparse.Namespace) ->
     rate = doc["requests_per_second"]
     cpu_per_request_us = (cpu1 - cpu0) / ((t1 - t0) * rate) * 1e6
     counts = account(raw)
-    busy = sum(n for part, n in counts.items() if part != "idle (epoll)")
-    parts = {part: round(cpu_per_request_us * n / busy, 1) for part, n in counts.most_common() if part != "idle (epoll)"}
+    parts = busy_parts(counts, cpu_per_request_us)
     log(f"{side}: {rate}/s, {cpu_per_request_us:.0f} us of CPU per request; " + ", ".join(f"{p} {v}" for p, v in parts.items()))
     return {"requests_per_second": rate, "cpu_us_per_request": round(cpu_per_request_us, 1), "samples": dict(counts), "parts_us": parts}
 
@@ -144,7 +153,7 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true", help="the proxy and the lean peer on a CPU of their own (module docstring)")
     ap.add_argument("--watching", action="store_true",
                     help="also the proxy while the load goes straight to the partition (module docstring)")
-    ap.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"))
+    ap.add_argument("--py-spy", default=str(PY_SPY))
     args = ap.parse_args()
     if not Path(args.py_spy).exists():
         ap.error("py-spy not found: pip install py-spy")
