@@ -413,7 +413,7 @@ def render_routed_requests(doc: dict[str, Any], path: Path | None = None) -> str
         rows.append([
             c.get("client_protocol", "h2"),
             c["op"],
-            _f(c["concurrency"]),
+            _f(c["concurrency"]) + (f" at {c['qps']:g}/s" if c.get("qps") else ""),
             f"{_f(p['requests_per_second'], 0)} / {_f(d['requests_per_second'], 0) if d else '–'} / "
             f"{_f(lean['requests_per_second'], 0) if lean else '–'}",
             _x(c.get("ratio_throughput_proxy_over_direct")),
@@ -422,12 +422,12 @@ def render_routed_requests(doc: dict[str, Any], path: Path | None = None) -> str
             f"{c['added_p50_ms']:+.2f}" if "added_p50_ms" in c else "–",
             f"{_f(p['cpu_per_request_ms'], 3)} / {_f(lean['cpu_per_request_ms'], 3) if lean else '–'}"
             + (f" / {_f(c['aiohttp']['cpu_per_request_ms'], 3)}" if "aiohttp" in c else ""),
-            _x(c.get("ratio_cpu_proxy_over_lean")),
+            _x(c.get("ratio_cpu_proxy_over_lean")) + (f" ({_x(c['ratio_cpu_net_proxy_over_lean'])})" if "ratio_cpu_net_proxy_over_lean" in c else ""),
             f"{p['failed']} / {d['failed'] if d else '–'}",
         ])
-    header = ["client", "request", "concurrency", "requests/s (proxy / direct / lean peer)", "vs direct", "vs lean",
+    header = ["client", "request", "concurrency (at a paced rate)", "requests/s (proxy / direct / lean peer)", "vs direct", "vs lean",
               "p50 ms (proxy / direct)", "added p50 ms", "CPU ms per request (proxy / lean" + (" / aiohttp)" if any("aiohttp" in c for c in doc["cases"]) else ")"),
-              "CPU vs lean", "failed"]
+              "CPU vs lean (net of idle)", "failed"]
     params = doc.get("params", {})
     setup = (f"proxy workers and peer processes: {params.get('proxy_workers', params.get('workers') or 'default')}, "
              f"event loop: {params.get('proxy_event_loop', params.get('event_loop') or 'default')}, "
@@ -449,7 +449,8 @@ def render_where_cpu_goes(doc: dict[str, Any], path: Path | None = None) -> str:
     rows.append(["**CPU per request**", _f(sides["proxy"]["cpu_us_per_request"], 1), _f(sides["lean"]["cpu_us_per_request"], 1),
                  f"{sides['proxy']['cpu_us_per_request'] - sides['lean']['cpu_us_per_request']:+.1f}"])
     params = doc.get("params", {})
-    setup = (f"{params.get('op')} at concurrency 16 over {params.get('client_protocol')}; "
+    setup = (f"{params.get('op')} at concurrency 16 over {params.get('client_protocol')}"
+             + (f", paced at {params['qps']:g}/s" if params.get("qps") else "") + "; "
              f"{_f(sides['proxy']['requests_per_second'], 0)} / {_f(sides['lean']['requests_per_second'], 0)} requests/s")
     return (_heading(doc, path) + f"\n{setup}\n\n"
             + _table(["part", "proxy us per request", "lean peer us per request", "added by the proxy"], rows) + "\n")

@@ -30,7 +30,20 @@ partition checks RBAC for the same user), with as many processes sharing the por
 (`--client-protocols h2`) client-go talks HTTP/2 to the proxy and the partition and HTTP/1.1 to
 the peers (ALPN), which is what a Python forwarder without an HTTP/2 server would offer.
 
-Per (client protocol, operation, concurrency), `--rounds` rounds; each round runs every side,
+`--qps Q` (comma-separated): the load client paces its workers together at Q requests per second
+(client-go's token bucket; 0, the default, is no limit). Without it each side runs at the rate
+its latency allows, and a slower side pays more CPU per request for it (each wake-up of its
+event loop finds fewer requests to share the loop's fixed work); at a rate every side reaches,
+CPU per request compares the same work.
+
+Each side also works when nothing is sent: the proxy's reflectors read bookmarks, its health
+checks and metrics tick: a share of each request's CPU that grows as the rate falls. So
+before the cases, every side's CPU is read over `--idle` s with no load (`idle_cores`), and each
+run's CPU per request is also given net of it (`cpu_per_request_net_ms`: the run's CPU less
+idle_cores x its wall time, over its requests; `ratio_cpu_net_proxy_over_lean`). The gross figure
+stays the one the targets were set on.
+
+Per (client protocol, operation, concurrency, qps), `--rounds` rounds; each round runs every side,
 rotating which goes first, for `--duration` s after a 1 s warm-up. Figures per side: the median
 over rounds of requests/s and of p50/p99 latency; for the proxy and the peers, CPU per request
 (the process group, every worker: CPU seconds / requests answered, warm-up included). Ratios:
@@ -46,7 +59,7 @@ on CPU 0, the direct side the same (so it runs with one core as well): what the 
 when it does not wait for a core the partitions need.
 
 Run: `python -m bench.routed_requests [--ops get,renew-lease,patch-status,list]
-[--concurrency 1,16] [--client-protocols h2,http/1.1] [--sides proxy,direct,lean,aiohttp]
+[--concurrency 1,16] [--qps 0] [--client-protocols h2,http/1.1] [--sides proxy,direct,lean,aiohttp]
 [--rounds 3] [--duration 5] [--connections separate|one] [--workers N] [--pin]
 [--event-loop asyncio|uvloop]`.
 """
@@ -168,15 +181,17 @@ async def fill_twins(fed: Federation, proxy: ProxyProcess, workers: int) -> dict
 
 
 def run_rvcheck(kubeconfig: Path, op: str, concurrency: int, objects: int, duration: float, report: Path, *,
-                separate: bool, protocol: str) -> dict[str, Any]:
+                separate: bool, protocol: str, qps: float = 0.0) -> dict[str, Any]:
     """One `rvcheck requests` run; returns its report. `separate`: one connection per worker
     (as many kubelets), else all on one connection (one kubelet). `protocol` `http/1.1` turns
-    client-go's HTTP/2 off (DISABLE_HTTP2)."""
+    client-go's HTTP/2 off (DISABLE_HTTP2). `qps` > 0: all workers together at that many
+    requests per second."""
     lease_op = op == "renew-lease"
     names = [f"rp1-bench-{i}" if lease_op else f"bench-{i}" for i in range(objects)]
     argv = [str(RVCHECK), "requests", "--kubeconfig", str(kubeconfig), "--op", op,
             "--namespace", LEASE_NAMESPACE if lease_op else NAMESPACE, "--names", ",".join(names),
-            "--concurrency", str(concurrency), "--connections", str(concurrency if separate else 1), "--duration", f"{duration}s", "--warmup", WARMUP]
+            "--concurrency", str(concurrency), "--connections", str(concurrency if separate else 1), "--duration", f"{duration}s", "--warmup", WARMUP,
+            "--qps", f"{qps:g}"]
     env = {**os.environ, "DISABLE_HTTP2": "1"} if protocol == "http/1.1" else None
     with report.open("wb") as out:
         subprocess.run(argv, stdout=out, stderr=sys.stderr, stdin=subprocess.DEVNULL, timeout=duration + 120, check=False, env=env)
@@ -267,20 +282,33 @@ def _session_pids(sid: int) -> list[tuple[list[bytes], int]]:
     return out
 
 
+def idle_cores(sides: dict[str, Side], seconds: float) -> dict[str, float]:
+    """Each side's CPU in cores over the same `seconds` with no load (sides without a process of
+    their own are left out)."""
+    own = {name: side for name, side in sides.items() if side.sessions}
+    cpu0, t0 = {name: side.cpu() for name, side in own.items()}, time.monotonic()
+    time.sleep(seconds)
+    wall = time.monotonic() - t0
+    return {name: round((side.cpu() - cpu0[name]) / wall, 5) for name, side in own.items()}
+
+
 def measure(sides: dict[str, Side], args: argparse.Namespace) -> list[dict[str, Any]]:
     cases = []
     for protocol in args.client_protocols:
         for op in args.ops:
             direct = "rp1" if op == "renew-lease" else "tp1"
             for concurrency in args.concurrency:
-                cases.append(_case(sides, args, protocol, op, direct, concurrency))
+                for qps in args.qps:
+                    cases.append(_case(sides, args, protocol, op, direct, concurrency, qps))
     return cases
 
 
-def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: str, direct: str, concurrency: int) -> dict[str, Any]:
+def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: str, direct: str, concurrency: int,
+          qps: float) -> dict[str, Any]:
     names = [name for name in args.sides]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     cpu_per_request: dict[str, list[float]] = {name: [] for name in names}
+    cpu_per_request_net: dict[str, list[float]] = {name: [] for name in names}
     # the proxy's CPU while the direct side runs: its caches' work for writes it does not route
     # (every write to a cached resource is an event on each of its reflectors' watches)
     proxy_while_direct: list[tuple[float, float, int]] = []  # (CPU seconds, wall seconds, requests)
@@ -290,18 +318,20 @@ def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: s
         for name in order:
             side = sides[name]
             kubeconfig = side.kubeconfigs.get(direct) or side.kubeconfigs["all"]
-            report = ARTIFACTS / f"{protocol.replace('/', '')}-{op}-c{concurrency}-r{rnd}-{name}.json"
+            report = ARTIFACTS / f"{protocol.replace('/', '')}-{op}-c{concurrency}-q{qps:g}-r{rnd}-{name}.json"
             cpu0, wall0 = side.cpu(), time.monotonic()
             proxy0 = proxy_side.cpu() if proxy_side is not None and name == "direct" else 0.0
             doc = run_rvcheck(kubeconfig, op, concurrency, args.objects, args.duration, report,
-                              separate=args.connections == "separate", protocol=protocol)
-            cpu1 = side.cpu()
+                              separate=args.connections == "separate", protocol=protocol, qps=qps)
+            cpu1, wall1 = side.cpu(), time.monotonic()
             if proxy_side is not None and name == "direct":
                 proxy_while_direct.append((proxy_side.cpu() - proxy0, time.monotonic() - wall0, doc["requests_with_warmup"]))
             runs[name].append(doc)
             if side.sessions:
                 cpu_per_request[name].append((cpu1 - cpu0) / max(doc["requests_with_warmup"], 1) * 1000)
-    case: dict[str, Any] = {"client_protocol": protocol, "op": op, "concurrency": concurrency, "direct_partition": direct}
+                net = cpu1 - cpu0 - args.idle_cores.get(name, 0.0) * (wall1 - wall0)
+                cpu_per_request_net[name].append(net / max(doc["requests_with_warmup"], 1) * 1000)
+    case: dict[str, Any] = {"client_protocol": protocol, "op": op, "concurrency": concurrency, "qps": qps, "direct_partition": direct}
     for name, docs in runs.items():
         case[name] = {
             "requests_per_second": median([d["requests_per_second"] for d in docs]),
@@ -315,6 +345,7 @@ def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: s
         if cpu_per_request[name]:
             case[name]["cpu_per_request_ms"] = median(cpu_per_request[name])
             case[name]["cpu_per_request_ms_rounds"] = [round(c, 4) for c in cpu_per_request[name]]
+            case[name]["cpu_per_request_net_ms"] = median(cpu_per_request_net[name])
     if proxy_while_direct:
         case["proxy_while_direct"] = {
             "cores": median([cpu / wall for cpu, wall, _ in proxy_while_direct]),
@@ -327,11 +358,12 @@ def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: s
     if proxy is not None and "lean" in case:
         case["ratio_throughput_proxy_over_lean"] = ratio(proxy["requests_per_second"], case["lean"]["requests_per_second"])
         case["ratio_cpu_proxy_over_lean"] = ratio(proxy["cpu_per_request_ms"], case["lean"]["cpu_per_request_ms"])
-    log(f"{protocol} {op} x{concurrency}: " + "; ".join(
+        case["ratio_cpu_net_proxy_over_lean"] = ratio(proxy["cpu_per_request_net_ms"], case["lean"]["cpu_per_request_net_ms"])
+    log(f"{protocol} {op} x{concurrency}" + (f" at {qps:g}/s" if qps else "") + ": " + "; ".join(
         f"{name} {case[name]['requests_per_second']}/s p50 {case[name]['p50_ms']} ms"
         + (f" cpu {case[name]['cpu_per_request_ms']} ms/req" if "cpu_per_request_ms" in case[name] else "") for name in names)
         + f"; proxy/direct {case.get('ratio_throughput_proxy_over_direct')}, proxy/lean {case.get('ratio_throughput_proxy_over_lean')},"
-          f" cpu proxy/lean {case.get('ratio_cpu_proxy_over_lean')}")
+          f" cpu proxy/lean {case.get('ratio_cpu_proxy_over_lean')} (net of idle {case.get('ratio_cpu_net_proxy_over_lean')})")
     return case
 
 
@@ -351,6 +383,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default=",".join(OPS), help="operations (comma-separated): " + ", ".join(OPS))
     ap.add_argument("--concurrency", default="1,16", help="concurrent requests (comma-separated)")
+    ap.add_argument("--qps", default="0",
+                    help="requests per second of the load client's workers together (comma-separated; 0: no limit)")
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds over which each side's CPU is read with no load first")
     ap.add_argument("--client-protocols", default="h2,http/1.1", help="what the load client speaks (comma-separated): h2, http/1.1")
     ap.add_argument("--sides", default=",".join(SIDES), help="sides (comma-separated): " + ", ".join(SIDES))
     ap.add_argument("--rounds", type=int, default=3)
@@ -369,10 +404,13 @@ def main() -> None:
     args = ap.parse_args()
     args.ops = [o for o in args.ops.split(",") if o]
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
+    args.qps = [float(q) for q in args.qps.split(",") if q]
     args.client_protocols = [p for p in args.client_protocols.split(",") if p]
     args.sides = [s for s in args.sides.split(",") if s]
     if unknown := set(args.ops) - set(OPS):
         ap.error(f"unknown --ops {sorted(unknown)}")
+    if any(q < 0 for q in args.qps):
+        ap.error("--qps must not be negative")
     if unknown := set(args.client_protocols) - {"h2", "http/1.1"}:
         ap.error(f"unknown --client-protocols {sorted(unknown)}")
     if unknown := set(args.sides) - set(SIDES):
@@ -416,6 +454,8 @@ def main() -> None:
             sides[name] = Side({"all": fed.issue_client_kubeconfig(f"bench-{name}", user="admin", groups=[PROXY_ADMINS_GROUP], server=peer.server)},
                                peer.sessions())
         rss0 = group_rss_bytes(proxy.popen.pid)
+        args.idle_cores = idle_cores(sides, args.idle)
+        log(f"idle CPU (cores): {args.idle_cores}")
         cases = measure(sides, args)
         rss1 = group_rss_bytes(proxy.popen.pid)
     finally:
@@ -428,11 +468,12 @@ def main() -> None:
         "benchmark": NAME,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": host_info(),
-        "params": {**vars(args), "warmup": WARMUP, "proxy_workers": workers, "peer_processes": workers,
+        "params": {**{k: v for k, v in vars(args).items() if k != "idle_cores"}, "warmup": WARMUP, "proxy_workers": workers, "peer_processes": workers,
                    "proxy_event_loop": args.event_loop or DEFAULT_EVENT_LOOP},
         "peer": "direct: the partition that owns the objects (tp1: pods, rp1: node Leases), the same client straight to it; "
                 "lean and aiohttp: bench.peers forwarders in front of the same partitions",
         "proxy_rss_mib": {"before": mib(rss0), "after": mib(rss1)},
+        "idle_cores": args.idle_cores,
         "cases": cases,
         "total_seconds": round(time.monotonic() - t0, 1),
     })

@@ -29,8 +29,11 @@ partitions, the load client and py-spy on the first. py-spy samples wall time, s
 side preempted by a partition it just woke (a write to it) is sampled inside that write; pinned,
 the side's core is its own and its samples follow its CPU.
 
+`--qps Q`: the load client paces its workers at Q requests per second together (as
+`bench.routed_requests --qps`), so that both sides are sampled at one rate.
+
 Run: `python -m bench.where_cpu_goes [--op get|renew-lease|patch-status] [--client-protocol h2|http/1.1]
-[--seconds 12] [--watching] [--pin]`. Needs py-spy (`pip install py-spy`). The samples of each side stay
+[--seconds 12] [--qps 0] [--watching] [--pin]`. Needs py-spy (`pip install py-spy`). The samples of each side stay
 in `.local/bench/routed_requests/where_cpu_goes-<side>.raw` (py-spy's collapsed stacks).
 """
 
@@ -126,7 +129,8 @@ def _measure(side: str, pid: int, kubeconfig: Path, args: argparse.Namespace) ->
     raw = ARTIFACTS / f"{NAME}-{side}.raw"
     argv = [str(RVCHECK), "requests", "--kubeconfig", str(kubeconfig), "--op", args.op,
             "--namespace", LEASE_NAMESPACE if lease_op else NAMESPACE, "--names", ",".join(names),
-            "--concurrency", "16", "--connections", "16", "--duration", f"{args.seconds + 4}s", "--warmup", "2s"]
+            "--concurrency", "16", "--connections", "16", "--duration", f"{args.seconds + 4}s", "--warmup", "2s",
+            "--qps", f"{args.qps:g}"]
     env = {**os.environ, "DISABLE_HTTP2": "1"} if args.client_protocol == "http/1.1" else None
     with report.open("wb") as out:
         client = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
@@ -150,6 +154,8 @@ def main() -> None:
     ap.add_argument("--op", default="get", choices=("get", "renew-lease", "patch-status"))
     ap.add_argument("--client-protocol", default="http/1.1", choices=("h2", "http/1.1"))
     ap.add_argument("--seconds", type=int, default=12)
+    ap.add_argument("--qps", type=float, default=0.0,
+                    help="the load client's requests per second, all workers together (0: as fast as answers come)")
     ap.add_argument("--pin", action="store_true", help="the proxy and the lean peer on a CPU of their own (module docstring)")
     ap.add_argument("--watching", action="store_true",
                     help="also the proxy while the load goes straight to the partition (module docstring)")

@@ -6,7 +6,7 @@ package main
 //
 //	rvcheck requests --kubeconfig K --op get|renew-lease|patch-status|list --namespace NS
 //	                 --names a,b,c [--concurrency 16] [--connections 1] [--duration 5s]
-//	                 [--warmup 1s] [--content-type protobuf|json]
+//	                 [--warmup 1s] [--content-type protobuf|json] [--qps 0]
 //
 // --connections N clientsets, each with a transport of its own (one HTTP/2 connection each, as
 // N kubelets); worker w uses clientset w mod N. With the default 1, every request goes over one
@@ -20,6 +20,12 @@ package main
 //   - patch-status: a strategic-merge PATCH of the pod's status subresource (status.message),
 //     as the kubelet's status manager does;
 //   - list: LIST the pods of namespace NS (resourceVersion unset: a consistent read).
+//
+// --qps Q > 0 paces the workers together at Q requests per second with client-go's token bucket
+// (k8s.io/client-go/util/flowcontrol, burst 1; a late worker's wait is reserved, not dropped, so
+// the rate is reached whenever the server keeps up): two servers are then compared at one
+// achieved rate, not each at the rate its latency allows. A renewal that must first re-read its
+// Lease (its first, and after a conflict) sends both requests on one token. 0: no limit.
 //
 // Requests finished in the first --warmup are not counted (TLS handshake, first LIST of a
 // connection). The report gives the requests per second, the latency summary and the errors by
@@ -37,6 +43,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // Values of --op.
@@ -60,6 +67,7 @@ type requestsOptions struct {
 	connections int
 	duration    time.Duration
 	warmup      time.Duration
+	qps         float64
 }
 
 // requestsReport is the JSON report of requests.
@@ -69,6 +77,7 @@ type requestsReport struct {
 	Server      string         `json:"server"`
 	ContentType string         `json:"content_type"`
 	Concurrency int            `json:"concurrency"`
+	QPS         float64        `json:"qps"` // --qps: the rate asked for; 0: none
 	Connections int            `json:"connections"`
 	Seconds     float64        `json:"seconds"` // counted: from the end of the warm-up
 	Requests    int            `json:"requests"`
@@ -94,6 +103,7 @@ func runRequestsCommand(args []string, stderr io.Writer) (any, error) {
 	fs.IntVar(&o.connections, "connections", 1, "clientsets with a connection of their own; worker w uses w mod connections")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "counted time, after the warm-up")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "time before counting")
+	fs.Float64Var(&o.qps, "qps", 0, "requests per second of all workers together (client-go's token bucket); 0: no limit")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -106,8 +116,8 @@ func runRequestsCommand(args []string, stderr io.Writer) (any, error) {
 		return nil, fmt.Errorf("%w: requests: --op must be get, renew-lease, patch-status or list, not %q", errUsage, o.op)
 	case o.namespace == "" || (len(o.names) == 0 && o.op != opList):
 		return nil, fmt.Errorf("%w: requests: --namespace and --names are required", errUsage)
-	case o.concurrency < 1 || o.connections < 1 || o.duration <= 0 || o.warmup < 0:
-		return nil, fmt.Errorf("%w: requests: --concurrency, --connections and --duration must be positive, --warmup not negative", errUsage)
+	case o.concurrency < 1 || o.connections < 1 || o.duration <= 0 || o.warmup < 0 || o.qps < 0:
+		return nil, fmt.Errorf("%w: requests: --concurrency, --connections and --duration must be positive, --warmup and --qps not negative", errUsage)
 	}
 	if len(o.names) == 0 {
 		o.names = []string{""}
@@ -203,8 +213,14 @@ func runRequests(o requestsOptions, stderr io.Writer) (report requestsReport, er
 			report.Fatal = err.Error()
 		}
 	}()
-	report = requestsReport{Scenario: "requests", Op: o.op, ContentType: o.contentType, Concurrency: o.concurrency, Errors: map[string]int{}}
-	// No client-side rate limit (benchConfig): the workers send as fast as answers come back.
+	report = requestsReport{Scenario: "requests", Op: o.op, ContentType: o.contentType, Concurrency: o.concurrency, QPS: o.qps, Errors: map[string]int{}}
+	// No client-side rate limit per clientset (benchConfig): without --qps the workers send as
+	// fast as answers come back; with it, one token bucket paces them all.
+	var limiter flowcontrol.RateLimiter
+	if o.qps > 0 {
+		limiter = flowcontrol.NewTokenBucketRateLimiter(float32(o.qps), 1)
+		defer limiter.Stop()
+	}
 	clientsets := make([]*kubernetes.Clientset, o.connections)
 	for i := range clientsets {
 		cfg, err := benchConfig(o.kubeconfig, o.contentType, "rvcheck-requests", o.connections > 1)
@@ -222,7 +238,7 @@ func runRequests(o requestsOptions, stderr io.Writer) (report requestsReport, er
 	tally.countFrom = start.Add(o.warmup)
 	ctx, cancel := context.WithDeadline(context.Background(), tally.countFrom.Add(o.duration))
 	defer cancel()
-	progress(stderr, "requests: %s x %d on %s for %s (+%s warm-up)", o.op, o.concurrency, report.Server, o.duration, o.warmup)
+	progress(stderr, "requests: %s x %d on %s for %s (+%s warm-up), qps %g", o.op, o.concurrency, report.Server, o.duration, o.warmup, o.qps)
 	var wg sync.WaitGroup
 	for i := range o.concurrency {
 		w := &requestsWorker{cs: clientsets[i%len(clientsets)], o: o, name: o.names[i%len(o.names)]}
@@ -230,6 +246,9 @@ func runRequests(o requestsOptions, stderr io.Writer) (report requestsReport, er
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
+				if limiter != nil && limiter.Wait(ctx) != nil {
+					return // the deadline came first
+				}
 				t0 := time.Now()
 				err := w.once(ctx)
 				if ctx.Err() != nil {
