@@ -6,9 +6,10 @@ answer within its deadline) is marked down for `open_seconds`: calls it owns fai
 let through (half-open); its success closes the breaker, its failure opens it again. The client
 makes that trial ask the partition's `/readyz` first (`proxy.clients.partition`): a partition
 that answers but is not ready yet stays marked down (`not_ready`) and is asked again sooner than
-a failure's window. A connection refused or broken before its answer makes the partition
-`suspect` (its process may have restarted): the next call is such a trial at once, even when too
-few calls failed to open the breaker. Calls owned by other partitions never notice.
+a failure's window. A connection refused or broken before its answer, or one the partition
+closed while it waited in the pool or carried a watch, makes the partition `suspect` (its
+process may have restarted): the next call is such a trial at once, even when too few calls
+failed to open the breaker, or none. Calls owned by other partitions never notice.
 
 Callers outside this layer never pair `allow()` with an outcome by hand: `attempt()` is a
 context manager that records the outcome on the way out, so no early return, cancellation or
@@ -97,8 +98,8 @@ class CircuitBreaker:
         self.unverified = False
 
     def suspect(self) -> None:
-        """A connection was refused, or broke before its answer: the partition's process may
-        have restarted, and a restarted kube-apiserver listens before it is ready. The next
+        """A connection was refused, broke before its answer, or was closed by the partition:
+        the partition's process may have restarted, and a restarted kube-apiserver listens before it is ready. The next
         call is a trial (one at a time) whether or not the breaker opened; the failure itself
         is counted by `failure`."""
         self.unverified = True

@@ -21,7 +21,8 @@ Every call is an async context manager that records its outcome with the breaker
 Entering raises `PartitionMarkedDown` (breaker open), `PartitionUnreachable` or
 `PartitionTimedOut` (after recording the failure); the answer's headers arriving records a
 success. The call that makes a marked-down partition's half-open trial, or the next call after
-a connection was refused or broke (`CircuitBreaker.suspect`: the breaker need not have opened),
+a connection was refused or broke, or the partition closed one while it waited in the pool or
+carried a watch (`CircuitBreaker.suspect`: the breaker need not have opened),
 first asks the endpoint's `/readyz`, as a load balancer in front of kube-apiservers gates them on
 their readiness probe: a restarted kube-apiserver listens before it is ready and, until its RBAC
 informers have synced, answers 403 to whatever the proxy impersonates
@@ -45,6 +46,7 @@ Request classes and their timeouts (seconds, `upstream.*` in the config):
 from __future__ import annotations
 
 import enum
+import logging
 import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -68,6 +70,8 @@ from proxy.clients.errors import (
 )
 from proxy.clients.transport import ConnectFailed, Endpoint, Exchange, TimedOut
 from proxy.identity import Identity
+
+log = logging.getLogger("partition_proxy.partition")
 
 # What counts as the partition failing: it could not be reached, broke the connection before
 # answering, or did not answer within the deadline (the transport's errors are OSErrors, and so
@@ -225,7 +229,7 @@ class PartitionClient:
         tick = min(_MAX_TICK, max(_MIN_TICK, min(timeouts.request, timeouts.watch_inactivity) / _TICKS_PER_TIMEOUT))
         self._transports = tuple(
             Endpoint(url.host or "", url.port or (443 if url.scheme == "https" else 80), ssl_context if url.scheme == "https" else None,
-                     connect_timeout=timeouts.connect, tick=tick)
+                     connect_timeout=timeouts.connect, tick=tick, on_peer_closed=self._peer_closed)
             for url in self.endpoints
         )
         # Per endpoint: what every request to it carries (the request line's end, Host, the
@@ -341,8 +345,7 @@ class PartitionClient:
                         replayable=replayable and call.method in _REPLAYABLE,
                     )
             except ConnectFailed as exc:
-                breaker.failure()
-                breaker.suspect()
+                self._failed(str(exc), suspect=True)
                 # Nothing was sent: the next endpoint may take the request, even a mutating one.
                 self._rotate()
                 attempts -= 1
@@ -350,12 +353,11 @@ class PartitionClient:
                     raise PartitionUnreachable(self.name, str(exc), self.retry_after()) from None
                 continue
             except TimedOut:
-                breaker.failure()
+                self._failed("no answer within its deadline", suspect=False)
                 self._rotate()
                 raise PartitionTimedOut(self.name, "no answer within its deadline", self.retry_after()) from None
             except OSError as exc:  # broken before its answer
-                breaker.failure()
-                breaker.suspect()
+                self._failed(str(exc) or type(exc).__name__, suspect=True)
                 self._rotate()
                 raise PartitionUnreachable(self.name, str(exc) or type(exc).__name__, self.retry_after()) from None
             except BaseException:
@@ -365,8 +367,38 @@ class PartitionClient:
                 breaker.not_ready(READINESS_PERIOD_SECONDS)
                 self._rotate()
                 raise PartitionMarkedDown(self.name, "not ready: its /readyz check fails", self.retry_after(), breaker.remaining())
+            if trial:
+                log.info("%s: served again: /readyz of %s answered 200", self.name, self.endpoints[index])
             breaker.success()
             return exchange
+
+    def _peer_closed(self) -> None:
+        """The partition closed a connection that waited in the pool or carried an answer (a
+        watch's, usually): its process may have died, and a restarted kube-apiserver listens
+        before its authorizers are ready. The next call asks /readyz first (`suspect`). Without
+        this, a worker none of whose calls failed while the partition was down (its watches
+        broke and their reflectors' next calls came after the restart) had those calls refused
+        with 403 (docs/benchmarks.md, "403s after a partition's restart")."""
+        breaker = self.breaker
+        if breaker.state == "closed":
+            breaker.suspect()
+            log.info("%s: it closed a connection: its next request asks /readyz first", self.name)
+
+    def _failed(self, why: str, *, suspect: bool) -> None:
+        """Record a failure (and, when `suspect`, that the partition's process may have
+        restarted) with the breaker, logging the first failure after the partition was up and
+        its marking down (not each failed trial after)."""
+        breaker = self.breaker
+        was_up = breaker.state == "closed"
+        breaker.failure()
+        if suspect:
+            breaker.suspect()
+        if not was_up:
+            return
+        if breaker.is_open:
+            log.warning("%s: marked down for %g s after %d failures in a row: %s", self.name, breaker.open_seconds, breaker.consecutive, why)
+        elif suspect:
+            log.info("%s: %s: its next request asks /readyz first", self.name, why)
 
     async def _ready(self, index: int) -> bool:
         """Whether endpoint `index` is ready to serve: its GET /readyz with the proxy's own
@@ -384,6 +416,8 @@ class PartitionClient:
             await exchange.read()
         finally:
             exchange.finish()
+        if exchange.status != 200:
+            log.debug("%s: not ready: /readyz of %s answered %d", self.name, self.endpoints[index], exchange.status)
         return exchange.status == 200
 
     async def read_whole(

@@ -45,7 +45,7 @@ import asyncio
 import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 import httptools
@@ -186,6 +186,9 @@ class _Connection(asyncio.BufferedProtocol):
         return False  # close the transport: a half-closed connection carries nothing more
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # closed by the partition (not by `abort`), and not after an answer that said it would
+        # close: idle in the pool, or before its answer ended
+        by_peer = not self.closed and not (self.complete and not self.keep_alive)
         self.closed = True
         self._endpoint.forget(self)
         if not self.complete and (self.head is not None or self._waiter is not None):
@@ -197,6 +200,8 @@ class _Connection(asyncio.BufferedProtocol):
         # collection, which proxy.loop_health defers up to FROZEN_SWEEP_SECONDS.
         self.transport = None
         self._parser = _CLOSED_PARSER
+        if by_peer:
+            self._endpoint.peer_closed()
 
     def pause_writing(self) -> None:
         self._drain = self.loop.create_future()
@@ -397,10 +402,15 @@ class Endpoint:
     """The connections to one kube-apiserver endpoint (module docstring). `ssl_context` is None
     for plain HTTP."""
 
-    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, *, connect_timeout: float, tick: float) -> None:
+    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, *, connect_timeout: float, tick: float,
+                 on_peer_closed: Callable[[], None] | None = None) -> None:
         """`tick`: seconds between two checks of the busy connections' deadlines (a deadline
-        is noticed at most this late)."""
+        is noticed at most this late). `on_peer_closed`: called when the endpoint closes one of
+        its connections while it waits in the pool or before its answer ended (a killed or
+        restarting kube-apiserver closes them all), not when the proxy closes it or an answer
+        said it would close."""
         self.host = host
+        self.peer_closed: Callable[[], None] = on_peer_closed or _nothing
         self.port = port
         self.ssl_context = ssl_context
         self.connect_timeout = connect_timeout
@@ -634,6 +644,10 @@ class Endpoint:
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
+
+
+def _nothing() -> None:
+    pass
 
 
 async def _send_chunked(conn: _Connection, transport: asyncio.Transport, body: AsyncIterator[bytes]) -> None:

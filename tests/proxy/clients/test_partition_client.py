@@ -325,3 +325,101 @@ def test_api_errors_are_built_from_the_status_the_partition_sent(code: int, body
     exc = api_error("tp1", code, body)
     assert type(exc) is error and exc.code == code and exc.reason == reason and exc.body == body
     assert exc.status["kind"] == "Status" and exc.partition == "tp1"
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached within 2 s")
+
+
+async def test_after_the_partition_closed_an_idle_connection_the_next_call_asks_readyz_first(
+        aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    # A kube-apiserver killed and started again while no call of this worker was in flight: its
+    # pooled connection is closed by the other end, and no call failed. The next call must not go
+    # straight to a kube-apiserver that may not be ready (it would answer 403).
+    ready = True
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        if request.path == "/readyz":
+            return web.Response(text="ok") if ready else web.Response(status=403)
+        return web.Response(text="served")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    server = await aiohttp_server(app)
+    client = make_client(URL(str(server.make_url("/"))), failures=1000)
+    async with client.request("PUT", "/lease", body=b"{}") as answer:
+        assert await answer.read() == b"served"
+    await _until(lambda: client.idle_connections == 1)
+    port = server.port
+    await server.close()  # closes the idle keep-alive connection from its side
+    await _until(lambda: client.idle_connections == 0)
+    assert client.health == "recovering"
+    ready = False
+    await serve(aiohttp_server, handler, port)
+    with pytest.raises(PartitionMarkedDown, match="not ready"):
+        async with client.request("PUT", "/lease", body=b"{}"):
+            pass
+    assert seen == ["/lease", "/readyz"]
+
+
+async def test_a_watch_whose_connection_the_partition_dropped_makes_the_next_call_ask_readyz_first(
+        aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        if request.path == "/watch":
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(b'{"type":"ADDED"}\n')
+            assert request.transport is not None
+            request.transport.abort()  # the process died mid-stream
+            return response
+        return web.Response(text="ok")
+
+    client = make_client(await serve(aiohttp_server, handler), failures=1000)
+    with pytest.raises(StreamBroken):
+        async with client.request("GET", "/watch", kind=RequestClass.WATCH) as answer:
+            async for _ in answer.chunks():
+                pass
+    assert client.health == "recovering"
+    async with client.request("GET", "/x"):
+        pass
+    assert seen == ["/watch", "/readyz", "/x"] and client.health == "up"
+
+
+@pytest.mark.parametrize("how", ["answer says Connection: close", "the proxy stops reading a watch"])
+async def test_a_connection_closed_as_announced_or_by_the_proxy_raises_no_suspicion(
+        how: str, aiohttp_server: ServerFactory, make_client: MakeClient) -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        if request.path == "/watch":
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(b'{"type":"ADDED"}\n')
+            await asyncio.sleep(5)
+            return response
+        return web.Response(text="ok", headers={"Connection": "close"})
+
+    client = make_client(await serve(aiohttp_server, handler), failures=1000)
+    if how == "answer says Connection: close":
+        async with client.request("GET", "/x") as answer:
+            await answer.read()
+        await asyncio.sleep(0.1)  # the partition's close arrives
+    else:
+        async with client.request("GET", "/watch", kind=RequestClass.WATCH) as answer:
+            async for _ in answer.chunks():
+                break
+        await _until(lambda: client.connections == 0)
+    assert client.health == "up"
+    async with client.request("GET", "/y") as answer:
+        await answer.read()
+    assert seen[-1] == "/y" and "/readyz" not in seen

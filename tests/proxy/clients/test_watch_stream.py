@@ -29,6 +29,9 @@ async def client_for(aiohttp_server: ServerFactory) -> AsyncIterator[Callable[..
 
     async def make(handler: Callable[[web.Request], Awaitable[web.StreamResponse]], *, inactivity: float = 5.0) -> PartitionClient:
         app = web.Application()
+        # ready, as a kube-apiserver that serves: a stream the peer breaks makes the next call ask
+        # /readyz first (proxy.clients.partition `_peer_closed`), and the handlers count calls
+        app.router.add_get("/readyz", _ready)
         app.router.add_get("/{tail:.*}", handler)
         server = await aiohttp_server(app)
         client = PartitionClient(
@@ -43,6 +46,10 @@ async def client_for(aiohttp_server: ServerFactory) -> AsyncIterator[Callable[..
     yield make
     for client in made:
         await client.close()
+
+
+async def _ready(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
 
 
 class Pauses:

@@ -508,13 +508,17 @@ func (c *fleetCounter) HandleWarningHeader(code int, agent string, text string) 
 	c.add(strconv.Itoa(code) + " " + text)
 }
 
-// errorClass names err for counting: "<status code> <reason>" for an API error, else the kind
-// of transport failure.
+// errorClass names err for counting: "<status code> <reason>" for an API error (a 403 with its
+// message, numbers as N: who may not do what tells an RBAC refusal of the proxy's impersonation
+// from one of the kubelet's own request), else the kind of transport failure.
 func errorClass(err error) string {
 	var status apierrors.APIStatus
 	switch {
 	case errors.As(err, &status):
 		s := status.Status()
+		if s.Code == http.StatusForbidden {
+			return fmt.Sprintf("%d %s: %s", s.Code, s.Reason, forbiddenText(s.Message))
+		}
 		return fmt.Sprintf("%d %s", s.Code, s.Reason)
 	case utilnet.IsConnectionRefused(err):
 		return "connection refused"
@@ -543,6 +547,20 @@ func otherText(err error) string {
 	text := otherDigits.ReplaceAllString(err.Error(), "N")
 	if len(text) > otherTextMax {
 		text = text[:otherTextMax]
+	}
+	return text
+}
+
+// forbiddenTextMax is the length (bytes) of a 403's message kept in its class: enough for the
+// object, the user and the verb ("leases.coordination.k8s.io "rp1-fleet-N" is forbidden: User
+// "system:node:rp1-fleet-N" cannot update resource ...").
+const forbiddenTextMax = 200
+
+// forbiddenText is a 403's message, its numbers replaced by N and cut to forbiddenTextMax bytes.
+func forbiddenText(message string) string {
+	text := otherDigits.ReplaceAllString(message, "N")
+	if len(text) > forbiddenTextMax {
+		text = text[:forbiddenTextMax]
 	}
 	return text
 }
