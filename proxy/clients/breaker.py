@@ -99,9 +99,9 @@ class CircuitBreaker:
 
     def suspect(self) -> None:
         """A connection was refused, broke before its answer, or was closed by the partition:
-        the partition's process may have restarted, and a restarted kube-apiserver listens before it is ready. The next
-        call is a trial (one at a time) whether or not the breaker opened; the failure itself
-        is counted by `failure`."""
+        its process may have restarted, and a restarted kube-apiserver listens before it is
+        ready. The next call is a trial (one at a time) whether or not the breaker opened; a
+        failure itself is counted by `failure`."""
         self.unverified = True
 
     def abandon(self) -> None:
