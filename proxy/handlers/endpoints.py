@@ -25,6 +25,7 @@ from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy import metrics_workers
+from proxy.allocator import heap_usage
 from proxy.clients.errors import UpstreamError
 from proxy.clients.partition import PartitionClient
 from proxy.context import ProxyContext
@@ -140,8 +141,10 @@ class Endpoints:
         """This process's resident memory (bytes) and, when Python's allocations are traced
         (PYTHONTRACEMALLOC=1 in the environment: tracing costs CPU and memory, so it is off by
         default), the traced bytes and the largest allocation sites: {"rss_bytes",
-        "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes", "count"}]}."""
-        body: dict[str, Any] = {"rss_bytes": _rss_bytes(), "tracing": tracemalloc.is_tracing()}
+        "malloc": proxy.allocator.heap_usage() (what the C allocator holds in use and free,
+        null off glibc), "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes",
+        "count"}]}."""
+        body: dict[str, Any] = {"rss_bytes": _rss_bytes(), "malloc": heap_usage(), "tracing": tracemalloc.is_tracing()}
         if tracemalloc.is_tracing():
             stats = tracemalloc.take_snapshot().statistics("lineno")
             body["traced_bytes"] = sum(s.size for s in stats)

@@ -1,5 +1,5 @@
 """`/debug/memory`: a replica's resident bytes, and where Python's bytes are allocated when the
-operator turns tracing on (PYTHONTRACEMALLOC=1), as `bench/fleet.py --trace-memory` reads it."""
+operator turns tracing on (and what the C allocator holds, always) (PYTHONTRACEMALLOC=1), as `bench/fleet.py --trace-memory` reads it."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ async def test_memory_without_tracing_gives_resident_bytes_only(kube: Kube) -> N
     body = await _memory(kube.proxy.server, kube.client_ssl())
     assert body["tracing"] is False and "sites" not in body
     assert isinstance(body["rss_bytes"], int) and body["rss_bytes"] > 10 * 2**20
+    heap = body["malloc"]  # glibc here: what its allocator holds, in use and free
+    assert isinstance(heap, dict) and 0 < heap["in_use_bytes"] <= heap["heap_bytes"] < body["rss_bytes"]
 
 
 async def test_memory_with_tracing_lists_the_largest_allocation_sites(kube: Kube, tmp_path: Path) -> None:

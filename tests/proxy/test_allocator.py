@@ -28,3 +28,25 @@ print("mmapped" if ctypes.c_size_t.from_address(buffer - ctypes.sizeof(ctypes.c_
 def test_tls_read_buffers_stay_mapped_after_the_threshold_is_fixed(mode: str, where: str) -> None:
     out = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, check=True, timeout=30)
     assert out.stdout.strip() == where
+
+
+def test_heap_usage_follows_what_the_process_allocates_and_frees() -> None:
+    """8 MiB in 64 KiB blocks (below MMAP_THRESHOLD: heap chunks) raise in_use_bytes by about
+    that much; freed, the bytes leave in_use_bytes (free until glibc trims them)."""
+    import ctypes
+
+    from proxy.allocator import heap_usage
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+    before = heap_usage()
+    assert before is not None and set(before) == {"heap_bytes", "in_use_bytes", "free_bytes", "mmapped_bytes"}
+    blocks = [libc.malloc(64 * 1024) for _ in range(128)]
+    held = heap_usage()
+    for block in blocks:
+        libc.free(block)
+    after = heap_usage()
+    assert held is not None and after is not None
+    assert held["in_use_bytes"] - before["in_use_bytes"] >= 8 * 2**20
+    assert held["in_use_bytes"] - after["in_use_bytes"] >= 8 * 2**20
+    assert held["heap_bytes"] >= held["in_use_bytes"]
