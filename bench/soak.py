@@ -22,7 +22,8 @@ Set-up (real components only, everything on 127.0.0.1, under `.local/bench/work/
 Records (bench/soak_record.py): reflector-like recorders of pods, nodes and node Leases through
 each replica, and the same straight on each partition (the truth); probes through each replica
 every second; every few seconds the replicas' RSS, open fds, /metrics (in flight, 5xx, cache
-relists, asyncio tasks) and the fleets' status; every fleet and kwok Lease read straight from
+relists, asyncio tasks) and the fleets' status; every minute what replica A's C allocator holds
+in use and free (its /debug/memory); every fleet and kwok Lease read straight from
 the RPs.
 
 Faults (bench/soak_schedule.py, bench/soak_faults.py), one at a time, each with its window: a
@@ -96,6 +97,7 @@ from bench.soak_record import (
     Decoder,
     EpochArchive,
     ErrorLog,
+    HeapSample,
     LeaseSampler,
     MetricsSample,
     Prober,
@@ -133,6 +135,9 @@ SETUP_TIMEOUT = 300.0
 FLEET_OPEN_TIMEOUT = 300.0
 SAMPLE_SECONDS = 5.0  # /proc, /metrics
 FLEET_SAMPLE_SECONDS = 1.0  # the fleets' status files (each written every second)
+# replica A's /debug/memory (glibc's allocator in use and free): mallinfo2 walks the arenas' free
+# lists, a few ms; a minute resolves a creep of the hour's size (0.4 MiB a minute)
+HEAP_SAMPLE_SECONDS = 60.0
 # a kubelet's request that timed out is counted when it gave up: its Lease renewal's timeout
 # (fleetHeartbeatTimeout in hack/k8s/clients/rvcheck/fleet.go, the kubelet's 10 s) after it was
 # sent; the fleet's failures get this much more slack after a fault than the soak's own clients
@@ -491,6 +496,7 @@ async def _soak(run: Run) -> dict[str, Any]:
                       clock=clock)
     run.spawn(sampler.run(SAMPLE_SECONDS), "sampler")
     run.spawn(sampler.run_fleets(FLEET_SAMPLE_SECONDS), "fleet-sampler")
+    run.spawn(sampler.run_heap(HEAP_SAMPLE_SECONDS, "A"), "heap-sampler")
     leases = LeaseSampler(lambda: {x: (fed.partition(x).server, run.partition_session(x)) for x in RESOURCE_PARTITIONS}, clock,
                           select=lambda n: FLEET_NODE_INFIX in n or KWOK_NODE_INFIX in n)
     leases.active = True  # every kubelet had its watches open and had renewed its Lease (set_up)
@@ -700,6 +706,8 @@ def report(run: Run, *, archive: EpochArchive, faults: Faults, replicas: Replica
                    "client_failures": len(run.errors.errors)},
         "growth": {k: {**asdict(v), "judged": v.judged, "passed": v.passed} for k, v in growth.items()},
         "rss_before_first_sweep": {**rss_before_sweep(a_procs, warmup, sweep_at), "judged_from_s": round(rss_from, 1)},
+        "heap_of_A": heap_summary(sampler.heap, max(rss_from, a_procs[0].t) if a_procs else rss_from,
+                                  a_procs[-1].t if a_procs else end),
         "fleet_errors": fleet_errors(sampler, windows, slack + FLEET_REQUEST_TIMEOUT_SECONDS),
         "unexpected_restarts": {"restarts": replicas.unexpected, "passed": not replicas.unexpected},
         "faults_injected": {"passed": all("error" not in f.detail for f in run.faults),
@@ -771,6 +779,24 @@ def joined_spans(faults: Sequence[FaultResult], end: float) -> list[tuple[float,
         retire = next((r for r in faults if r.planned.kind == schedule.RETIRE and r.planned.target == f.planned.target), None)
         out.append((f.window.start, retire.window.end + 30.0 if retire is not None else end + 1.0))
     return out
+
+
+def heap_summary(samples: Sequence[HeapSample], since: float, until: float) -> dict[str, Any]:
+    """Not judged, to read next to the RSS check: replica A's RSS and what its C allocator held
+    in use, free and mmapped (MiB) at the first heap sample in [`since`, `until`] (the span of
+    the process whose RSS is judged, after its warm-up) and at the last, and the changes: RSS
+    growth in `in_use` is bytes the process holds; in `free`, fragments of its heap."""
+    pts = [s for s in samples if since <= s.t <= until]
+    if len(pts) < 2:
+        return {"samples": len(pts), "error": "fewer than two heap samples after the warm-up"}
+    first, last = pts[0], pts[-1]
+
+    def mib(x: HeapSample) -> dict[str, float]:
+        return {"t_s": round(x.t, 1), "rss": round(x.rss_bytes / 2**20, 1), "in_use": round(x.in_use_bytes / 2**20, 1),
+                "free": round(x.free_bytes / 2**20, 1), "mmapped": round(x.mmapped_bytes / 2**20, 1)}
+
+    a, b = mib(first), mib(last)
+    return {"samples": len(pts), "first": a, "last": b, "change_mib": {k: round(b[k] - a[k], 1) for k in a if k != "t_s"}}
 
 
 def rss_before_sweep(samples: Sequence[Any], warmup: float, sweep_at: float) -> dict[str, Any]:
@@ -869,6 +895,7 @@ def series(run: Run, sampler: Sampler, prober: Prober, windows: Sequence[checks.
     return {
         "rss_mib": {r: [(round(s.t, 1), round(s.rss_bytes / 2**20, 1)) for s in sampler.procs if s.replica == r] for r in run.world.replicas},
         "fds": {r: [(round(s.t, 1), s.fds) for s in sampler.procs if s.replica == r] for r in run.world.replicas},
+        "heap_mib": {"A": [(round(h.t, 1), round(h.in_use_bytes / 2**20, 1), round(h.free_bytes / 2**20, 1)) for h in sampler.heap]},
         "inflight": {r: [(round(m.t, 1), m.inflight_long_running, m.inflight_other) for m in sampler.metrics if m.replica == r]
                      for r in run.world.replicas},
         "machine_cores": [(round(b[0], 1), round((b[1] - a[1]) / (b[0] - a[0]), 2)) for a, b in zip(sampler.machine, sampler.machine[1:])

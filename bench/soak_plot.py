@@ -1,5 +1,5 @@
 """The soak's plot (bench/soak.py): one PNG, four panels over the run's time, every fault window
-shaded and named: each replica's RSS; requests in flight (long-running and other) per replica;
+shaded and named: each replica's RSS (and replica A's heap, in use and free); requests in flight (long-running and other) per replica;
 client-visible errors per bucket (5xx, and requests with no answer); the probes' latency
 (median and largest per bucket of successful GETs through the replicas)."""
 
@@ -21,6 +21,10 @@ def plot(doc: dict[str, Any], series: dict[str, Any], path: Path) -> Path:
     for i, (replica, points) in enumerate(sorted(series["rss_mib"].items())):
         if points:
             a_rss.plot([t for t, _ in points], [v for _, v in points], color=colors[i], label=f"replica {replica} RSS")
+    heap = series.get("heap_mib", {}).get("A") or []
+    if heap:  # what replica A's C allocator holds in use and free (a share of its RSS)
+        a_rss.plot([p[0] for p in heap], [p[1] for p in heap], color=colors[0], ls="--", lw=0.8, label="A heap in use")
+        a_rss.plot([p[0] for p in heap], [p[2] for p in heap], color=colors[0], ls=":", lw=0.8, label="A heap free")
     a_rss.set_ylabel("RSS (MiB)")
     for i, (replica, points) in enumerate(sorted(series["inflight"].items())):
         if points:

@@ -399,6 +399,26 @@ class ProcSample:
     cpu_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class HeapSample:
+    """What a replica's C allocator held (its /debug/memory `malloc`: glibc's mallinfo2), bytes."""
+
+    t: float
+    replica: str
+    rss_bytes: int
+    in_use_bytes: int
+    free_bytes: int
+    mmapped_bytes: int
+
+
+def heap_sample(t: float, replica: str, doc: Mapping[str, Any]) -> HeapSample | None:
+    """A HeapSample of a /debug/memory answer, None when it has no allocator figures."""
+    heap = doc.get("malloc")
+    if not isinstance(heap, dict) or not isinstance(doc.get("rss_bytes"), int):
+        return None
+    return HeapSample(t, replica, doc["rss_bytes"], heap["in_use_bytes"], heap["free_bytes"], heap["mmapped_bytes"])
+
+
 def read_proc(pid: int) -> tuple[int, int, float] | None:
     """(RSS bytes, open fds, CPU seconds) of a process with its children (a replica's workers),
     None when it is gone."""
@@ -512,6 +532,7 @@ class Sampler:
         self.metrics: list[MetricsSample] = []
         self.fleet: list[FleetSample] = []
         self.machine: list[tuple[float, float]] = []  # (t, CPU seconds all cores spent busy so far)
+        self.heap: list[HeapSample] = []
 
     async def sample(self) -> None:
         t = self.clock.now()
@@ -534,6 +555,20 @@ class Sampler:
     async def run(self, interval: float) -> None:
         while True:
             await self.sample()
+            await asyncio.sleep(interval)
+
+    async def run_heap(self, interval: float, replica: str) -> None:
+        """Every `interval` seconds, `replica`'s /debug/memory: what its C allocator holds in use
+        and free, which tells live bytes from fragments when its RSS grows (one worker answers:
+        meant for replica A, which has one)."""
+        while True:
+            t = self.clock.now()
+            try:
+                async with self.http.get(self.servers[replica] + "/debug/memory", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                    if resp.status == 200 and (sample := heap_sample(t, replica, await resp.json(content_type=None))) is not None:
+                        self.heap.append(sample)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+                pass
             await asyncio.sleep(interval)
 
     def sample_fleets(self) -> None:

@@ -101,3 +101,22 @@ def test_the_open_files_judged_leave_out_the_idle_pool_but_not_a_leak() -> None:
     assert check_growth(fds_less_idle_pool([*pool, *others], procs), warmup_s=150, limit=0.05, robust=True).passed
     assert not check_growth(fds_less_idle_pool(leak, procs), warmup_s=150, limit=0.05, robust=True).passed
     assert fds_less_idle_pool(pool, procs[:10])[-1][0] == 45.0  # only while the longest-lived process ran
+
+
+def test_the_heap_of_a_replica_reads_its_allocator_and_sums_up_the_judged_span() -> None:
+    from bench.soak import heap_summary
+    from bench.soak_record import heap_sample
+
+    def doc(rss: int, in_use: int, free: int) -> dict[str, Any]:
+        return {"rss_bytes": rss * 2**20, "tracing": False,
+                "malloc": {"heap_bytes": (in_use + free) * 2**20, "in_use_bytes": in_use * 2**20, "free_bytes": free * 2**20,
+                           "mmapped_bytes": 50 * 2**20}}
+
+    assert heap_sample(1.0, "A", {"rss_bytes": 1, "malloc": None, "tracing": False}) is None  # off glibc
+    samples = [heap_sample(float(t), "A", doc(200 + t // 60, 80 + (t // 120), 5 + (t // 600))) for t in range(0, 3601, 60)]
+    assert all(s is not None for s in samples)
+    summary = heap_summary([s for s in samples if s is not None], since=600.0, until=3000.0)
+    assert summary["samples"] == 41
+    assert summary["first"] == {"t_s": 600.0, "rss": 210.0, "in_use": 85.0, "free": 6.0, "mmapped": 50.0}
+    assert summary["change_mib"] == {"rss": 40.0, "in_use": 20.0, "free": 4.0, "mmapped": 0.0}
+    assert "error" in heap_summary([s for s in samples if s is not None], since=3590.0, until=3600.0)
