@@ -292,19 +292,21 @@ def idle_cores(sides: dict[str, Side], seconds: float) -> dict[str, float]:
     return {name: round((side.cpu() - cpu0[name]) / wall, 5) for name, side in own.items()}
 
 
-def measure(sides: dict[str, Side], args: argparse.Namespace) -> list[dict[str, Any]]:
+def measure(sides: dict[str, Side], args: argparse.Namespace, idle: dict[str, float]) -> list[dict[str, Any]]:
+    """Every case of `args`; `idle`: each side's CPU with no load (cores), subtracted for the
+    net figures."""
     cases = []
     for protocol in args.client_protocols:
         for op in args.ops:
             direct = "rp1" if op == "renew-lease" else "tp1"
             for concurrency in args.concurrency:
                 for qps in args.qps:
-                    cases.append(_case(sides, args, protocol, op, direct, concurrency, qps))
+                    cases.append(_case(sides, args, idle, protocol, op, direct, concurrency, qps))
     return cases
 
 
-def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: str, direct: str, concurrency: int,
-          qps: float) -> dict[str, Any]:
+def _case(sides: dict[str, Side], args: argparse.Namespace, idle: dict[str, float], protocol: str, op: str, direct: str,
+          concurrency: int, qps: float) -> dict[str, Any]:
     names = [name for name in args.sides]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     cpu_per_request: dict[str, list[float]] = {name: [] for name in names}
@@ -329,7 +331,7 @@ def _case(sides: dict[str, Side], args: argparse.Namespace, protocol: str, op: s
             runs[name].append(doc)
             if side.sessions:
                 cpu_per_request[name].append((cpu1 - cpu0) / max(doc["requests_with_warmup"], 1) * 1000)
-                net = cpu1 - cpu0 - args.idle_cores.get(name, 0.0) * (wall1 - wall0)
+                net = cpu1 - cpu0 - idle.get(name, 0.0) * (wall1 - wall0)
                 cpu_per_request_net[name].append(net / max(doc["requests_with_warmup"], 1) * 1000)
     case: dict[str, Any] = {"client_protocol": protocol, "op": op, "concurrency": concurrency, "qps": qps, "direct_partition": direct}
     for name, docs in runs.items():
@@ -454,9 +456,9 @@ def main() -> None:
             sides[name] = Side({"all": fed.issue_client_kubeconfig(f"bench-{name}", user="admin", groups=[PROXY_ADMINS_GROUP], server=peer.server)},
                                peer.sessions())
         rss0 = group_rss_bytes(proxy.popen.pid)
-        args.idle_cores = idle_cores(sides, args.idle)
-        log(f"idle CPU (cores): {args.idle_cores}")
-        cases = measure(sides, args)
+        idle = idle_cores(sides, args.idle)
+        log(f"idle CPU (cores): {idle}")
+        cases = measure(sides, args, idle)
         rss1 = group_rss_bytes(proxy.popen.pid)
     finally:
         for peer in peers.values():
@@ -468,12 +470,12 @@ def main() -> None:
         "benchmark": NAME,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": host_info(),
-        "params": {**{k: v for k, v in vars(args).items() if k != "idle_cores"}, "warmup": WARMUP, "proxy_workers": workers, "peer_processes": workers,
+        "params": {**vars(args), "warmup": WARMUP, "proxy_workers": workers, "peer_processes": workers,
                    "proxy_event_loop": args.event_loop or DEFAULT_EVENT_LOOP},
         "peer": "direct: the partition that owns the objects (tp1: pods, rp1: node Leases), the same client straight to it; "
                 "lean and aiohttp: bench.peers forwarders in front of the same partitions",
         "proxy_rss_mib": {"before": mib(rss0), "after": mib(rss1)},
-        "idle_cores": args.idle_cores,
+        "idle_cores": idle,
         "cases": cases,
         "total_seconds": round(time.monotonic() - t0, 1),
     })
