@@ -534,33 +534,31 @@ func errorClass(err error) string {
 	return "other: " + otherText(err)
 }
 
-// otherDigits matches the numbers (ports, addresses, ids) that would make every error text
-// distinct; otherTextMax is the length (bytes) of an unclassified error's text kept as its class.
-var otherDigits = regexp.MustCompile(`[0-9]+`)
+// classDigits matches the numbers (ports, addresses, ids, node names' indexes) that would make
+// every error text distinct.
+var classDigits = regexp.MustCompile(`[0-9]+`)
 
-const otherTextMax = 80
+// otherTextMax is the length (bytes) of an unclassified error's text kept as its class: enough
+// to tell a TLS alert from a closed HTTP/2 connection. forbiddenTextMax is the length of a 403's
+// message kept: enough for the object, the user and the verb ("leases.coordination.k8s.io
+// "rp1-fleet-N" is forbidden: User "system:node:rp1-fleet-N" cannot update resource ...").
+const (
+	otherTextMax     = 80
+	forbiddenTextMax = 200
+)
 
-// otherText is an unclassified error's own text, its numbers replaced by N and cut to
-// otherTextMax bytes, so that the counts say what it was (a TLS alert, a closed HTTP/2
-// connection) without one key per port.
-func otherText(err error) string {
-	text := otherDigits.ReplaceAllString(err.Error(), "N")
-	if len(text) > otherTextMax {
-		text = text[:otherTextMax]
-	}
-	return text
-}
+// otherText is an unclassified error's own text as its class (classText, otherTextMax bytes).
+func otherText(err error) string { return classText(err.Error(), otherTextMax) }
 
-// forbiddenTextMax is the length (bytes) of a 403's message kept in its class: enough for the
-// object, the user and the verb ("leases.coordination.k8s.io "rp1-fleet-N" is forbidden: User
-// "system:node:rp1-fleet-N" cannot update resource ...").
-const forbiddenTextMax = 200
+// forbiddenText is a 403's message as part of its class (classText, forbiddenTextMax bytes).
+func forbiddenText(message string) string { return classText(message, forbiddenTextMax) }
 
-// forbiddenText is a 403's message, its numbers replaced by N and cut to forbiddenTextMax bytes.
-func forbiddenText(message string) string {
-	text := otherDigits.ReplaceAllString(message, "N")
-	if len(text) > forbiddenTextMax {
-		text = text[:forbiddenTextMax]
+// classText is text with its numbers replaced by N and cut to max bytes, so that the counts say
+// what happened without one key per port or node.
+func classText(text string, max int) string {
+	text = classDigits.ReplaceAllString(text, "N")
+	if len(text) > max {
+		text = text[:max]
 	}
 	return text
 }

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // answers is a RoundTripper that gives its answers in order: a status code, or 0 for a
@@ -68,5 +71,24 @@ func TestA409AfterAnAnsweredRenewalIsAFailure(t *testing.T) {
 	}
 	if got := f.echoes.snapshot(); len(got) != 0 {
 		t.Fatalf("echoes: %v, want none", got)
+	}
+}
+
+func TestAForbiddenClassKeepsWhoMayNotDoWhatAndAnOtherClassItsText(t *testing.T) {
+	err := apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "rp1-fleet-0042",
+		errors.New(`User "partition-proxy" cannot impersonate resource "users" in API group "" at the cluster scope`))
+	got := errorClass(err)
+	want := `403 Forbidden: leases.coordination.kNs.io "rpN-fleet-N" is forbidden: User "partition-proxy" cannot impersonate`
+	if !strings.HasPrefix(got, want) || len(got) > len("403 Forbidden: ")+forbiddenTextMax {
+		t.Fatalf("errorClass(403) = %q, want it to start with %q and keep at most %d bytes of the message", got, want, forbiddenTextMax)
+	}
+	if got := errorClass(apierrors.NewConflict(schema.GroupResource{Resource: "leases"}, "x", errors.New("y"))); got != "409 Conflict" {
+		t.Fatalf("errorClass(409) = %q, want the code and reason only", got)
+	}
+	long := errors.New("tls: failed to verify certificate: x509: certificate signed by unknown authority (possibly because of 12345 " +
+		strings.Repeat("x", 100) + ")")
+	if got := errorClass(long); got != "other: "+classText(long.Error(), otherTextMax) || len(got) != len("other: ")+otherTextMax ||
+		strings.ContainsAny(got, "0123456789") {
+		t.Fatalf("errorClass(other) = %q, want its text, numbers as N, cut to %d bytes", got, otherTextMax)
 	}
 }
