@@ -785,7 +785,8 @@ def heap_summary(samples: Sequence[HeapSample], since: float, until: float) -> d
     """Not judged, to read next to the RSS check: replica A's RSS and what its C allocator held
     in use, free and mmapped (MiB) at the first heap sample in [`since`, `until`] (the span of
     the process whose RSS is judged, after its warm-up) and at the last, and the changes: RSS
-    growth in `in_use` is bytes the process holds; in `free`, fragments of its heap."""
+    growth in `in_use` is bytes the process holds; in `free`, fragments of its heap. With them,
+    [open, objects] of its connections to the partitions at both samples."""
     pts = [s for s in samples if since <= s.t <= until]
     if len(pts) < 2:
         return {"samples": len(pts), "error": "fewer than two heap samples after the warm-up"}
@@ -796,7 +797,11 @@ def heap_summary(samples: Sequence[HeapSample], since: float, until: float) -> d
                 "free": round(x.free_bytes / 2**20, 1), "mmapped": round(x.mmapped_bytes / 2**20, 1)}
 
     a, b = mib(first), mib(last)
-    return {"samples": len(pts), "first": a, "last": b, "change_mib": {k: round(b[k] - a[k], 1) for k in a if k != "t_s"}}
+    return {"samples": len(pts), "first": a, "last": b, "change_mib": {k: round(b[k] - a[k], 1) for k in a if k != "t_s"},
+            # connections open to the partitions and connection objects alive: more objects than
+            # open connections are closed ones still referenced, with their TLS state
+            "partition_connections": {"first": [first.connections_open, first.connection_objects],
+                                      "last": [last.connections_open, last.connection_objects]}}
 
 
 def rss_before_sweep(samples: Sequence[Any], warmup: float, sweep_at: float) -> dict[str, Any]:

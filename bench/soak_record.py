@@ -401,7 +401,8 @@ class ProcSample:
 
 @dataclass(frozen=True, slots=True)
 class HeapSample:
-    """What a replica's C allocator held (its /debug/memory `malloc`: glibc's mallinfo2), bytes."""
+    """What a replica's C allocator held (its /debug/memory `malloc`: glibc's mallinfo2), bytes,
+    and its connections to the partitions: open, and objects not yet freed (-1: not reported)."""
 
     t: float
     replica: str
@@ -409,6 +410,8 @@ class HeapSample:
     in_use_bytes: int
     free_bytes: int
     mmapped_bytes: int
+    connections_open: int = -1
+    connection_objects: int = -1
 
 
 def heap_sample(t: float, replica: str, doc: Mapping[str, Any]) -> HeapSample | None:
@@ -416,7 +419,9 @@ def heap_sample(t: float, replica: str, doc: Mapping[str, Any]) -> HeapSample | 
     heap = doc.get("malloc")
     if not isinstance(heap, dict) or not isinstance(doc.get("rss_bytes"), int):
         return None
-    return HeapSample(t, replica, doc["rss_bytes"], heap["in_use_bytes"], heap["free_bytes"], heap["mmapped_bytes"])
+    connections = doc.get("partition_connections") or {}
+    return HeapSample(t, replica, doc["rss_bytes"], heap["in_use_bytes"], heap["free_bytes"], heap["mmapped_bytes"],
+                      connections.get("open", -1), connections.get("objects", -1))
 
 
 def read_proc(pid: int) -> tuple[int, int, float] | None:

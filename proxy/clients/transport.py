@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import cast
@@ -99,6 +100,17 @@ class _NoCallbacks:
 # The parser a closed connection keeps in place of its own (which calls back into it): never fed.
 _CLOSED_PARSER = httptools.HttpResponseParser(_NoCallbacks())
 
+# Every connection object of this process, open or closed, until it is freed (weak: holds none
+# alive). Next to the connections open, it tells a connection kept after it closed, whose TLS
+# state (OpenSSL's, outside Python's allocator) nothing else would show; /debug/memory reports it.
+_ALIVE: weakref.WeakSet[_Connection] = weakref.WeakSet()
+
+
+def connections_alive() -> int:
+    """Connection objects of this process not yet freed: those open, and closed ones something
+    still references (their TLS state with them)."""
+    return len(_ALIVE)
+
 RawHeaders = list[tuple[bytes, bytes]]  # an answer's header fields as received: (name, value)
 
 
@@ -131,7 +143,7 @@ class _Connection(asyncio.BufferedProtocol):
     __slots__ = (
         "_endpoint", "_parser", "_buffer", "transport", "closed", "_headers", "head", "_chunks", "_buffered", "_waiter",
         "complete", "error", "keep_alive", "_paused", "_drain", "deadline", "_why", "_last_read", "_inactivity", "idle_since", "loop",
-        "slot", "largest_read",
+        "slot", "largest_read", "__weakref__",
     )
 
     def __init__(self, endpoint: Endpoint, loop: asyncio.AbstractEventLoop) -> None:
@@ -158,6 +170,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.idle_since = 0.0  # loop time it went back to its pool
         self.slot = False  # it carries a request holding one of its endpoint's slots
         self.largest_read = 0  # bytes: the most one read brought (RECYCLE_AFTER_READ)
+        _ALIVE.add(self)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 

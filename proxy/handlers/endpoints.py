@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from proxy import metrics_workers
 from proxy.allocator import heap_usage
 from proxy.clients.errors import UpstreamError
-from proxy.clients.partition import PartitionClient
+from proxy.clients.partition import PartitionClient, connection_objects
 from proxy.context import ProxyContext
 from proxy.messages import Answer, Request
 from routing.health import Check, merge_checks, parse_checks, verbose_answer
@@ -142,9 +142,15 @@ class Endpoints:
         (PYTHONTRACEMALLOC=1 in the environment: tracing costs CPU and memory, so it is off by
         default), the traced bytes and the largest allocation sites: {"rss_bytes",
         "malloc": proxy.allocator.heap_usage() (what the C allocator holds in use and free,
-        null off glibc), "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes",
+        null off glibc), "partition_connections": {"open": connections open to the partitions,
+        "objects": connection objects not yet freed (more than open: closed ones still
+        referenced)}, "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes",
         "count"}]}."""
-        body: dict[str, Any] = {"rss_bytes": _rss_bytes(), "malloc": heap_usage(), "tracing": tracemalloc.is_tracing()}
+        body: dict[str, Any] = {
+            "rss_bytes": _rss_bytes(), "malloc": heap_usage(),
+            "partition_connections": {"open": sum(c.connections for c in self.ctx.clients.values()), "objects": connection_objects()},
+            "tracing": tracemalloc.is_tracing(),
+        }
         if tracemalloc.is_tracing():
             stats = tracemalloc.take_snapshot().statistics("lineno")
             body["traced_bytes"] = sum(s.size for s in stats)

@@ -105,10 +105,10 @@ def test_the_open_files_judged_leave_out_the_idle_pool_but_not_a_leak() -> None:
 
 def test_the_heap_of_a_replica_reads_its_allocator_and_sums_up_the_judged_span() -> None:
     from bench.soak import heap_summary
-    from bench.soak_record import heap_sample
+    from bench.soak_record import HeapSample, heap_sample
 
     def doc(rss: int, in_use: int, free: int) -> dict[str, Any]:
-        return {"rss_bytes": rss * 2**20, "tracing": False,
+        return {"rss_bytes": rss * 2**20, "tracing": False, "partition_connections": {"open": 40, "objects": 40 + rss // 10},
                 "malloc": {"heap_bytes": (in_use + free) * 2**20, "in_use_bytes": in_use * 2**20, "free_bytes": free * 2**20,
                            "mmapped_bytes": 50 * 2**20}}
 
@@ -119,4 +119,6 @@ def test_the_heap_of_a_replica_reads_its_allocator_and_sums_up_the_judged_span()
     assert summary["samples"] == 41
     assert summary["first"] == {"t_s": 600.0, "rss": 210.0, "in_use": 85.0, "free": 6.0, "mmapped": 50.0}
     assert summary["change_mib"] == {"rss": 40.0, "in_use": 20.0, "free": 4.0, "mmapped": 0.0}
+    assert summary["partition_connections"] == {"first": [40, 61], "last": [40, 65]}
+    assert heap_sample(1.0, "A", {"rss_bytes": 1, "malloc": doc(1, 1, 1)["malloc"]}) == HeapSample(1.0, "A", 1, 2**20, 2**20, 50 * 2**20)
     assert "error" in heap_summary([s for s in samples if s is not None], since=3590.0, until=3600.0)

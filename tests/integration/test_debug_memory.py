@@ -25,6 +25,8 @@ async def test_memory_without_tracing_gives_resident_bytes_only(kube: Kube) -> N
     assert isinstance(body["rss_bytes"], int) and body["rss_bytes"] > 10 * 2**20
     heap = body["malloc"]  # glibc here: what its allocator holds, in use and free
     assert isinstance(heap, dict) and 0 < heap["in_use_bytes"] <= heap["heap_bytes"] < body["rss_bytes"]
+    connections = body["partition_connections"]  # the reflectors' watches at least, each on a connection of its own
+    assert isinstance(connections, dict) and 0 < connections["open"] <= connections["objects"]
 
 
 async def test_memory_with_tracing_lists_the_largest_allocation_sites(kube: Kube, tmp_path: Path) -> None:
