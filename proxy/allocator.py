@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
+from typing import Any
 
 log = logging.getLogger("partition_proxy.allocator")
 
@@ -26,18 +28,37 @@ _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 128 * 1024
 
 
+@functools.cache
+def _libc_function(name: str) -> Any:
+    """The C library's function `name` (a ctypes function pointer), None where the library or
+    the function is missing. Loaded once per name: each ctypes.CDLL makes new function pointer
+    types, which are reference cycles, and the library search runs a subprocess."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
 def tune_allocator() -> bool:
     """Fix glibc's mmap threshold at MMAP_THRESHOLD bytes for this process. True when set;
     False (logged at debug) where the C library is not glibc (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
-        log.debug("no mallopt in the C library (%s): the allocator keeps its defaults", name)
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
+        log.debug("no mallopt in the C library: the allocator keeps its defaults")
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+
+
+def release_free_heap() -> bool:
+    """Give the C heap's free pages back to the operating system (glibc's malloc_trim(0)), so
+    the RSS follows the bytes in use rather than their peak. True when glibc released any
+    memory; False where it had none to release or the C library is not glibc."""
+    trim = _libc_function("malloc_trim")
+    if trim is None:
+        return False
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    return bool(trim(0))
 
 
 class _MallInfo2(ctypes.Structure):
@@ -54,9 +75,8 @@ def heap_usage() -> dict[str, int] | None:
     until a free page is trimmed), "mmapped_bytes": bytes of allocations served by their own
     mapping (above MMAP_THRESHOLD)}. None where the C library has no mallinfo2 (glibc < 2.33,
     musl, macOS). Walks the arenas' free lists: for a debug endpoint, not a hot path."""
-    try:
-        mallinfo2 = ctypes.CDLL(ctypes.util.find_library("c")).mallinfo2
-    except (OSError, AttributeError, TypeError):
+    mallinfo2 = _libc_function("mallinfo2")
+    if mallinfo2 is None:
         return None
     mallinfo2.argtypes, mallinfo2.restype = (), _MallInfo2
     info = mallinfo2()

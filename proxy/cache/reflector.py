@@ -19,16 +19,15 @@ partition answers. Which reflectors run, and when, is `proxy.cache.cache_set`'s.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import functools
 import gc
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from config.models import CacheConfig
+from proxy.allocator import release_free_heap
 from proxy.cache.formats import ListPage, ObjectFormat
 from proxy.clients.errors import APIExpired, PartitionMarkedDown, UpstreamError, api_error
 from proxy.clients.partition import PartitionClient
@@ -54,20 +53,7 @@ def release_freed_memory() -> None:
     than the peak of decoding them."""
     gc.collect()
     gc.freeze()
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, None elsewhere. Loaded once: each ctypes.CDLL makes new function
-    pointer types, which are reference cycles."""
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None  # not glibc: nothing to do
-    return trim
+    release_free_heap()
 
 
 class RelistNeeded(Exception):

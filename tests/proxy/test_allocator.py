@@ -50,3 +50,28 @@ def test_heap_usage_follows_what_the_process_allocates_and_frees() -> None:
     assert held["in_use_bytes"] - before["in_use_bytes"] >= 8 * 2**20
     assert held["in_use_bytes"] - after["in_use_bytes"] >= 8 * 2**20
     assert held["heap_bytes"] >= held["in_use_bytes"]
+
+
+def test_release_free_heap_gives_freed_pages_back() -> None:
+    """8 MiB in 64 KiB heap chunks, freed, are pages glibc keeps; release_free_heap (malloc_trim)
+    gives them back and says so."""
+    import ctypes
+
+    from proxy.allocator import release_free_heap
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+    release_free_heap()
+    blocks = [libc.malloc(64 * 1024) for _ in range(128)]
+    for block in blocks:
+        ctypes.memset(block, 1, 64 * 1024)  # touched: resident until given back
+    for block in blocks:
+        libc.free(block)
+    assert release_free_heap() is True
+
+
+def test_the_c_library_is_loaded_once_per_function() -> None:
+    from proxy.allocator import _libc_function
+
+    assert _libc_function("mallinfo2") is _libc_function("mallinfo2") is not None
+    assert _libc_function("no_such_function_in_libc") is None
