@@ -39,6 +39,11 @@ PATH = "/api/v1/namespaces/default"
 READINGS = 5  # heap readings along each side's requests (plus one at the end)
 
 
+def _head(netloc: str) -> bytes:
+    """The GET of PATH, as both sides write it."""
+    return f"GET {PATH} HTTP/1.1\r\nHost: {netloc}\r\nAccept: application/json\r\n\r\n".encode()
+
+
 def _in_use_mib() -> float:
     heap = heap_usage()
     if heap is None:
@@ -64,7 +69,7 @@ async def _run(n: int, step: int, send: Callable[[], Awaitable[None]], open_conn
 async def bare(server: str, ctx: Any, n: int) -> dict[str, Any]:
     address = urlsplit(server)
     _, conn = await asyncio.get_running_loop().create_connection(Upstream, address.hostname or "", address.port or 443, ssl=ctx)
-    request = f"GET {PATH} HTTP/1.1\r\nHost: {address.netloc}\r\nAccept: application/json\r\n\r\n".encode()
+    request = _head(address.netloc)
 
     async def send() -> None:
         status, _, _ = await conn.send(request)
@@ -81,7 +86,7 @@ async def bare(server: str, ctx: Any, n: int) -> dict[str, Any]:
 async def transport(server: str, ctx: Any, n: int, concurrency: int) -> dict[str, Any]:
     address = urlsplit(server)
     endpoint = Endpoint(address.hostname or "", address.port or 443, ctx, connect_timeout=5.0, tick=0.5)
-    head = f"GET {PATH} HTTP/1.1\r\nHost: {address.netloc}\r\nAccept: application/json\r\n\r\n".encode()
+    head = _head(address.netloc)
 
     async def send() -> None:
         answer = await endpoint.exchange(head, None, head_timeout=10.0, total_timeout=30.0, inactivity=None, replayable=True)
