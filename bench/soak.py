@@ -113,6 +113,7 @@ from hack.controlplane import ControlPlane
 from hack.federation import DEFAULT_BIN_DIR, PROXY_ADMINS_GROUP, Federation
 from hack.proxy_process import ProxyProcess
 from hack.toxiproxy import ToxiproxyServer
+from proxy.census import CENSUS_ENV
 from proxy.loop_health import FROZEN_SWEEP_SECONDS
 
 NAME = "soak"
@@ -199,6 +200,7 @@ class Params:
     keep: bool
     work_dir: Path
     trace_memory: bool = False  # PYTHONTRACEMALLOC=1 in the replicas: /debug/memory names what grew
+    census: bool = False  # PARTITION_PROXY_CENSUS=1 in the replicas: /debug/memory?census counts objects by type
     proxy_nice: int = PROXY_NICE  # nice value of each replica's scheduling group (hack.proxy_process.set_group_nice)
 
     @property
@@ -224,6 +226,10 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
     ap.add_argument("--trace-memory", action="store_true",
                     help="trace the replicas' Python allocations (PYTHONTRACEMALLOC=1; costs CPU): the report names the "
                          "allocation sites of replica A that grew after the warm-up (its /debug/memory)")
+    ap.add_argument("--census", action="store_true",
+                    help="count replica A's Python objects by type after the warm-up, at half time and at the end "
+                         "(/debug/memory?census, PARTITION_PROXY_CENSUS=1; each census holds A's loop for seconds): "
+                         "the report names the types that grew")
     ap.add_argument("--proxy-nice", type=int, default=PROXY_NICE,
                     help="the nice value of each replica's scheduling group (autogroup; negative: a larger CPU share "
                          f"than each other process of the box, as a CPU request gives a pod; default {PROXY_NICE}; "
@@ -236,7 +242,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
     if kinds == ("none",):
         kinds = ()
     p = Params(minutes=a.minutes, kubelets=a.kubelets, kwok_nodes=a.kwok_nodes, ramp=a.ramp, faults=kinds, results=a.results,
-               keep=a.keep, work_dir=a.work_dir, trace_memory=a.trace_memory, proxy_nice=a.proxy_nice)
+               keep=a.keep, work_dir=a.work_dir, trace_memory=a.trace_memory, census=a.census,
+               proxy_nice=a.proxy_nice)
     validate(p)
     return p
 
@@ -320,7 +327,7 @@ def set_up(p: Params, root: Path, joining: tuple[str, ...]) -> World:
         for name, workers in REPLICA_WORKERS.items():
             world.replicas[name] = ProxyProcess(fed, root / f"proxy-{name.lower()}", partitions=list(ACTIVE),
                                                 kubeconfigs=world.kubeconfigs, extra=PROXY_EXTRA, workers=workers,
-                                                env={"PYTHONTRACEMALLOC": "1"} if p.trace_memory else None,
+                                                env=replica_env(p),
                                                 nice=p.proxy_nice)
         for proxy in world.replicas.values():
             proxy.start(timeout=SETUP_TIMEOUT)
@@ -517,9 +524,11 @@ async def _soak(run: Run) -> dict[str, Any]:
     planned = schedule.plan(p.duration_s, warmup_s=p.warmup_s, tail_s=TAIL_SECONDS, gap_s=gap, joining=world.joining,
                             kinds=p.faults)
     log(f"{len(planned)} faults planned, {gap:.0f} s apart: " + ", ".join(f"{f.at_s:.0f}s {f.name}" for f in planned))
-    memory = MemoryTrace(servers["A"], run.admin) if p.trace_memory else None
+    memory = MemoryTrace(servers["A"], run.admin, census=p.census) if p.trace_memory or p.census else None
     if memory is not None:
         run.spawn(memory.at(clock, p.duration_s * WARMUP_FRACTION), "memory-after-warmup")
+        if p.census:
+            run.spawn(memory.at(clock, p.duration_s / 2), "memory-at-half-time")
     await run_faults(run, faults, planned, gap)
     await sleep_until(clock, p.duration_s)
     if memory is not None:
@@ -546,12 +555,19 @@ async def _soak(run: Run) -> dict[str, Any]:
     return doc
 
 
-class MemoryTrace:
-    """Replica A's /debug/memory (traced Python allocations, PYTHONTRACEMALLOC=1) after the
-    warm-up and at the end: which allocation sites grew."""
+def replica_env(p: Params) -> dict[str, str] | None:
+    """The environment the replicas get on top of the soak's: what --trace-memory and --census ask."""
+    env = {**({"PYTHONTRACEMALLOC": "1"} if p.trace_memory else {}), **({CENSUS_ENV: "1"} if p.census else {})}
+    return env or None
 
-    def __init__(self, server: str, http: aiohttp.ClientSession) -> None:
-        self.url = f"{server}/debug/memory"
+
+class MemoryTrace:
+    """Replica A's /debug/memory after the warm-up and at the end (with `census`, also at half
+    time): which allocation sites grew (traced Python allocations, PYTHONTRACEMALLOC=1) and
+    which types of object grew (a census, PARTITION_PROXY_CENSUS=1)."""
+
+    def __init__(self, server: str, http: aiohttp.ClientSession, *, census: bool = False) -> None:
+        self.url = f"{server}/debug/memory" + ("?census" if census else "")
         self.http = http
         self.snapshots: list[tuple[float, dict[str, Any]]] = []
 
@@ -568,10 +584,15 @@ class MemoryTrace:
         await self.take(clock)
 
     def growth(self, top: int = 20) -> dict[str, Any]:
-        """The sites whose traced bytes grew most between the first and the last snapshot."""
-        if len(self.snapshots) < 2 or not self.snapshots[0][1].get("tracing"):
-            return {"error": "no two traced snapshots (does the proxy serve /debug/memory, with PYTHONTRACEMALLOC=1?)"}
+        """The sites whose traced bytes grew most between the first and the last snapshot, and
+        the types whose bytes did (census_growth)."""
+        if len(self.snapshots) < 2:
+            return {"error": "fewer than two snapshots of /debug/memory"}
         (t0, first), (t1, last) = self.snapshots[0], self.snapshots[-1]
+        census = census_growth([(t, snap["census"]) for t, snap in self.snapshots if "types" in snap.get("census", {})], top)
+        if not first.get("tracing"):
+            return {"census": census} if census else {"error": "no two traced snapshots or censuses (PYTHONTRACEMALLOC=1 or "
+                                                               "PARTITION_PROXY_CENSUS=1 in the replicas?)"}
         before = {x["site"]: x["bytes"] for x in first["sites"]}
         after = {x["site"]: (x["bytes"], x["count"]) for x in last["sites"]}
         grew = sorted(((site, b - before.get(site, 0), n) for site, (b, n) in after.items()), key=lambda x: -x[1])
@@ -580,7 +601,28 @@ class MemoryTrace:
             "rss_mib": [round((first.get("rss_bytes") or 0) / 2**20, 1), round((last.get("rss_bytes") or 0) / 2**20, 1)],
             "traced_mib": [round(first["traced_bytes"] / 2**20, 1), round(last["traced_bytes"] / 2**20, 1)],
             "sites": [{"site": site.replace(str(REPO) + "/", ""), "grew_bytes": g, "count": n} for site, g, n in grew[:top]],
+            **({"census": census} if census else {}),
         }
+
+
+def census_growth(censuses: Sequence[tuple[float, dict[str, Any]]], top: int) -> dict[str, Any]:
+    """From censuses (t seconds, proxy.census.census()), the first against each later one: per
+    type, its bytes then, all objects and those larger than pymalloc's blocks (the C heap's),
+    the `top` that grew most by the last. A type missing from a census's top list counts 0
+    bytes there. {} for fewer than two."""
+    if len(censuses) < 2:
+        return {}
+    t0, first = censuses[0]
+
+    def grew(key: str) -> list[dict[str, Any]]:
+        rows = [{row["type"]: row["bytes"] for row in c[key]} for _, c in censuses]
+        kinds = sorted(set().union(*rows), key=lambda k: rows[0].get(k, 0) - rows[-1].get(k, 0))[:top]
+        return [{"type": k, "bytes": [r.get(k, 0) for r in rows], "count_last": next(
+            (row["count"] for row in censuses[-1][1][key] if row["type"] == k), 0)} for k in kinds]
+
+    return {"t_s": [round(t, 1) for t, _ in censuses], "objects": [c["objects"] for _, c in censuses],
+            "bytes": [c["bytes"] for _, c in censuses], "seconds": [c["seconds"] for _, c in censuses],
+            "types": grew("types"), "large": grew("large")}
 
 
 def last_event_rv(recs: Sequence[Recorder]) -> int:

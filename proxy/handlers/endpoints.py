@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy import metrics_workers
 from proxy.allocator import heap_usage
+from proxy.census import CENSUS_ENV, census, census_enabled
 from proxy.clients.errors import UpstreamError
 from proxy.clients.partition import PartitionClient, connection_objects
 from proxy.context import ProxyContext
@@ -145,7 +146,9 @@ class Endpoints:
         null off glibc), "partition_connections": {"open": connections open to the partitions,
         "objects": connection objects not yet freed (more than open: closed ones still
         referenced)}, "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes",
-        "count"}]}."""
+        "count"}]}. With `?census`, also "census": proxy.census.census() (Python objects by type;
+        it holds the event loop for seconds) when the process runs with
+        PARTITION_PROXY_CENSUS=1, else {"error": how to turn it on}."""
         body: dict[str, Any] = {
             "rss_bytes": _rss_bytes(), "malloc": heap_usage(),
             "partition_connections": {"open": sum(c.connections for c in self.ctx.clients.values()), "objects": connection_objects()},
@@ -156,6 +159,8 @@ class Endpoints:
             body["traced_bytes"] = sum(s.size for s in stats)
             body["sites"] = [{"site": f"{s.traceback[0].filename}:{s.traceback[0].lineno}", "bytes": s.size, "count": s.count}
                              for s in stats[:_MEMORY_SITES]]
+        if "census" in request.query:
+            body["census"] = census() if census_enabled() else {"error": f"a census runs only in a process started with {CENSUS_ENV}=1"}
         return Answer(200, orjson.dumps(body))
 
 

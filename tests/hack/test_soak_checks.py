@@ -310,3 +310,16 @@ def test_an_unattributed_failure_of_a_fleet_that_reports_classes_says_what_faile
     result = attribute_increments(incs, windows, slack=3.0)
     assert result.total == 43 and result.unattributed == 3
     assert result.examples == ["3 between t=150.0 and t=151.0: update leases: 503 x2, watch pods: 500 InternalError x1"]
+
+
+def test_census_growth_names_the_type_that_grew_first() -> None:
+    from bench.soak import census_growth
+
+    def census(dicts: int, bytes_: int) -> dict:
+        rows = [{"type": "builtins.dict", "count": 10, "bytes": dicts}, {"type": "builtins.bytes", "count": 5, "bytes": bytes_}]
+        return {"objects": 15, "bytes": dicts + bytes_, "seconds": 1.0, "types": rows, "large": rows}
+
+    grown = census_growth([(600.0, census(1000, 5000)), (1800.0, census(1100, 9000)), (3600.0, census(1200, 20000))], top=5)
+    assert [row["type"] for row in grown["types"]] == ["builtins.bytes", "builtins.dict"]
+    assert grown["types"][0]["bytes"] == [5000, 9000, 20000] and grown["t_s"] == [600.0, 1800.0, 3600.0]
+    assert census_growth([(600.0, census(1, 1))], top=5) == {}

@@ -1,5 +1,6 @@
 """`/debug/memory`: a replica's resident bytes, and where Python's bytes are allocated when the
-operator turns tracing on (and what the C allocator holds, always) (PYTHONTRACEMALLOC=1), as `bench/fleet.py --trace-memory` reads it."""
+operator turns tracing on (and what the C allocator holds, always) (PYTHONTRACEMALLOC=1), as `bench/fleet.py --trace-memory` reads it;
+with `?census`, its Python objects by type when started with PARTITION_PROXY_CENSUS=1 (`bench/soak.py --census`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from pathlib import Path
 import aiohttp
 
 from hack.proxy_process import ProxyProcess
+from proxy.census import CENSUS_ENV
 from tests.federation import Kube
 
 
-async def _memory(server: str, ssl: object) -> dict[str, object]:
+async def _memory(server: str, ssl: object, query: str = "") -> dict[str, object]:
     async with aiohttp.ClientSession() as s:
-        async with s.get(f"{server}/debug/memory", ssl=ssl) as r:
+        async with s.get(f"{server}/debug/memory{query}", ssl=ssl) as r:
             assert r.status == 200, await r.text()
             body: dict[str, object] = await r.json()
             return body
@@ -27,12 +29,15 @@ async def test_memory_without_tracing_gives_resident_bytes_only(kube: Kube) -> N
     assert isinstance(heap, dict) and 0 < heap["in_use_bytes"] <= heap["heap_bytes"] < body["rss_bytes"]
     connections = body["partition_connections"]  # the reflectors' watches at least, each on a connection of its own
     assert isinstance(connections, dict) and 0 < connections["open"] <= connections["objects"]
+    refused = await _memory(kube.proxy.server, kube.client_ssl(), "?census")  # not started with PARTITION_PROXY_CENSUS=1
+    assert refused["census"] == {"error": "a census runs only in a process started with PARTITION_PROXY_CENSUS=1"}
 
 
 async def test_memory_with_tracing_lists_the_largest_allocation_sites(kube: Kube, tmp_path: Path) -> None:
-    proxy = ProxyProcess(kube.fed, tmp_path / "proxy", env={"PYTHONTRACEMALLOC": "1"}).start(timeout=120)
+    proxy = ProxyProcess(kube.fed, tmp_path / "proxy", env={"PYTHONTRACEMALLOC": "1", CENSUS_ENV: "1"}).start(timeout=120)
     try:
         body = await _memory(proxy.server, kube.client_ssl())
+        counted = await _memory(proxy.server, kube.client_ssl(), "?census")
     finally:
         proxy.stop()
     assert body["tracing"] is True
@@ -42,3 +47,8 @@ async def test_memory_with_tracing_lists_the_largest_allocation_sites(kube: Kube
     assert sizes == sorted(sizes, reverse=True)
     assert all(site["site"].rsplit(":", 1)[1].isdigit() for site in sites)
     assert 0 < sum(sizes) <= body["traced_bytes"]  # type: ignore[operator]
+    assert "census" not in body  # only when asked
+    census = counted["census"]  # the proxy's objects by type, the largest first
+    assert isinstance(census, dict) and census["objects"] > 10_000
+    kinds = {row["type"]: row for row in census["types"]}
+    assert kinds["builtins.dict"]["count"] > 1000 and "builtins.function" in kinds
