@@ -68,7 +68,7 @@ from proxy.clients.errors import (
     StreamBroken,
     api_error,
 )
-from proxy.clients.transport import ConnectFailed, Endpoint, Exchange, TimedOut, connections_alive
+from proxy.clients.transport import ConnectFailed, Endpoint, Exchange, TimedOut, connections_alive, largest_reads
 from proxy.identity import Identity
 
 log = logging.getLogger("partition_proxy.partition")
@@ -208,6 +208,8 @@ class UpstreamResponse:
 # Connection objects of the partition transport not yet freed, every partition's (/debug/memory):
 # the transport's own count, named here because the transport is imported by this module only.
 connection_objects = connections_alive
+# ... and how much the open ones ever read at once, with the connections recycled for it
+connection_reads = largest_reads
 
 
 class PartitionClient:

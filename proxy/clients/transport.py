@@ -79,10 +79,14 @@ IDLE_SECONDS = 60.0
 # burst of watch events kept that for as long as requests reused it, which under steady load is
 # until the partition restarts: replica A's RSS in the hour's soak crept up between a partition's
 # restarts and fell by 8-16 MiB at most of them (docs/benchmarks.md, "The creep between partition
-# restarts"). 64 KiB is four full TLS records: a kubelet's or a controller's GET, PUT or PATCH
-# answer is a fraction of that, so those connections stay pooled, and what a LIST page costs to
-# answer dwarfs one more TLS handshake.
-RECYCLE_AFTER_READ = 64 * 1024
+# restarts"). 16 KiB is one full TLS record (RFC 8446 section 5.1): a Lease renewal's, a
+# SubjectAccessReview's or a status PATCH's answer fits in it, so those connections stay pooled,
+# and what costs more to answer (a LIST page, a watch's burst) pays one TLS handshake (~0.9 ms of
+# CPU, bench/results/tls_handshake.json). It was 64 KiB until the 60-minute soak at 5d3ff32 read
+# ~120 KiB of C heap per upstream connection kept by replica A (its bytes in use fell and rose with
+# the connections open) while its Python objects stayed flat (/debug/memory?census):
+# docs/benchmarks.md, "The C heap's creep: pooled connections at their largest read".
+RECYCLE_AFTER_READ = 16 * 1024
 # requests with a whole answer in flight per endpoint (see the module docstring): equal to the
 # idle connections kept, so every connection a burst opens is kept for the next burst; at
 # ~10 ms per answer it carries ~6,000 requests a second to one partition, above what a
@@ -110,6 +114,30 @@ def connections_alive() -> int:
     """Connection objects of this process not yet freed: those open, and closed ones something
     still references (their TLS state with them)."""
     return len(_ALIVE)
+
+
+class _Recycled:
+    """Connections closed at the end of an answer because a read of their life was larger than
+    RECYCLE_AFTER_READ, since the process started: each cost a TLS handshake to replace."""
+
+    count = 0
+
+
+# bytes: upper bounds of the classes `largest_reads` counts connections in (the last: above all)
+_READ_CLASSES = (4 * 1024, RECYCLE_AFTER_READ, 64 * 1024)
+
+
+def largest_reads() -> dict[str, int]:
+    """How much the open connections of this process ever read at once (what their TLS layer's
+    buffers keep: RECYCLE_AFTER_READ): {"<=4KiB", "<=16KiB", "<=64KiB", ">64KiB": connections
+    whose largest read falls in that class, "recycled": connections closed so far for a read
+    above RECYCLE_AFTER_READ}."""
+    counts = dict.fromkeys([*(f"<={b // 1024}KiB" for b in _READ_CLASSES), f">{_READ_CLASSES[-1] // 1024}KiB"], 0)
+    names = list(counts)
+    for conn in list(_ALIVE):
+        if not conn.closed:
+            counts[names[next((i for i, b in enumerate(_READ_CLASSES) if conn.largest_read <= b), len(_READ_CLASSES))]] += 1
+    return {**counts, "recycled": _Recycled.count}
 
 RawHeaders = list[tuple[bytes, bytes]]  # an answer's header fields as received: (name, value)
 
@@ -346,6 +374,8 @@ class _Connection(asyncio.BufferedProtocol):
             else:
                 self._endpoint.release(self)
         else:
+            if self.largest_read > RECYCLE_AFTER_READ and not self.closed:
+                _Recycled.count += 1
             self.abort()
 
     def abort(self) -> None:

@@ -28,7 +28,7 @@ from proxy import metrics_workers
 from proxy.allocator import heap_usage
 from proxy.census import CENSUS_ENV, census, census_enabled
 from proxy.clients.errors import UpstreamError
-from proxy.clients.partition import PartitionClient, connection_objects
+from proxy.clients.partition import PartitionClient, connection_objects, connection_reads
 from proxy.context import ProxyContext
 from proxy.messages import Answer, Request
 from routing.health import Check, merge_checks, parse_checks, verbose_answer
@@ -145,13 +145,14 @@ class Endpoints:
         "malloc": proxy.allocator.heap_usage() (what the C allocator holds in use and free,
         null off glibc), "partition_connections": {"open": connections open to the partitions,
         "objects": connection objects not yet freed (more than open: closed ones still
-        referenced)}, "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes",
+        referenced), "largest_read": proxy.clients.transport.largest_reads()}, "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes",
         "count"}]}. With `?census`, also "census": proxy.census.census() (Python objects by type;
         it holds the event loop for seconds) when the process runs with
         PARTITION_PROXY_CENSUS=1, else {"error": how to turn it on}."""
         body: dict[str, Any] = {
             "rss_bytes": _rss_bytes(), "malloc": heap_usage(),
-            "partition_connections": {"open": sum(c.connections for c in self.ctx.clients.values()), "objects": connection_objects()},
+            "partition_connections": {"open": sum(c.connections for c in self.ctx.clients.values()), "objects": connection_objects(),
+                                      "largest_read": connection_reads()},
             "tracing": tracemalloc.is_tracing(),
         }
         if tracemalloc.is_tracing():

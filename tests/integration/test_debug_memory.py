@@ -29,6 +29,8 @@ async def test_memory_without_tracing_gives_resident_bytes_only(kube: Kube) -> N
     assert isinstance(heap, dict) and 0 < heap["in_use_bytes"] <= heap["heap_bytes"] < body["rss_bytes"]
     connections = body["partition_connections"]  # the reflectors' watches at least, each on a connection of its own
     assert isinstance(connections, dict) and 0 < connections["open"] <= connections["objects"]
+    reads = connections["largest_read"]  # every open connection in one class of its largest read
+    assert 0 < sum(reads[k] for k in ("<=4KiB", "<=16KiB", "<=64KiB", ">64KiB")) <= connections["objects"] and reads["recycled"] >= 0
     refused = await _memory(kube.proxy.server, kube.client_ssl(), "?census")  # not started with PARTITION_PROXY_CENSUS=1
     assert refused["census"] == {"error": "a census runs only in a process started with PARTITION_PROXY_CENSUS=1"}
 

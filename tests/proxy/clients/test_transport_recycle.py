@@ -11,10 +11,11 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.clients.transport import RECYCLE_AFTER_READ, Endpoint
+from proxy.clients.transport import RECYCLE_AFTER_READ, Endpoint, largest_reads
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 LARGE = 1 << 20  # bytes: a LIST page's size, several reads of more than RECYCLE_AFTER_READ on loopback
+MEDIUM = 8 * 1024  # bytes: a Node's status PATCH answer (a kwok Node: ~2.5 KB in JSON; real ones with images, more)
 
 
 async def start(aiohttp_server: ServerFactory) -> tuple[set[object], Endpoint]:
@@ -22,6 +23,8 @@ async def start(aiohttp_server: ServerFactory) -> tuple[set[object], Endpoint]:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         peers.add(request.transport.get_extra_info("peername") if request.transport else None)
+        if request.path == "/medium":  # a Node's or a Pod's status PATCH answer
+            return web.Response(body=b"m" * MEDIUM)
         if request.path == "/large":
             return web.Response(body=b"x" * LARGE)
         if request.path == "/large-stream":  # chunked, as a watch or a streamed LIST
@@ -82,5 +85,22 @@ async def test_a_stream_that_carried_large_reads_is_closed_at_its_end(aiohttp_se
         assert endpoint.idle_connections == 0 and endpoint.connections == 0
         assert await get(endpoint, "/small") == b"small"
         assert len(peers) == 2
+    finally:
+        endpoint.close()
+
+
+async def test_answers_that_fit_one_tls_record_keep_their_connection_and_the_reads_are_counted(
+        aiohttp_server: ServerFactory) -> None:
+    assert MEDIUM < RECYCLE_AFTER_READ
+    peers, endpoint = await start(aiohttp_server)
+    recycled = largest_reads()["recycled"]
+    try:
+        for _ in range(3):
+            assert len(await get(endpoint, "/medium")) == MEDIUM
+        assert len(peers) == 1 and endpoint.idle_connections == 1
+        reads = largest_reads()
+        assert reads["<=16KiB"] >= 1 and reads["recycled"] == recycled  # the pooled one read up to 8 KiB + headers
+        assert len(await get(endpoint, "/large")) == LARGE
+        assert largest_reads()["recycled"] == recycled + 1 and endpoint.connections == 0
     finally:
         endpoint.close()
