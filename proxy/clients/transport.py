@@ -85,7 +85,7 @@ IDLE_SECONDS = 60.0
 # CPU, bench/results/tls_handshake.json). It was 64 KiB until the 60-minute soak at 5d3ff32 read
 # ~120 KiB of C heap per upstream connection kept by replica A (its bytes in use fell and rose with
 # the connections open) while its Python objects stayed flat (/debug/memory?census):
-# docs/benchmarks.md, "The C heap's creep: pooled connections at their largest read".
+# docs/benchmarks.md, "The C heap's creep at 1,000 kubelets". It lowered that level, not the creep.
 RECYCLE_AFTER_READ = 16 * 1024
 # requests with a whole answer in flight per endpoint (see the module docstring): equal to the
 # idle connections kept, so every connection a burst opens is kept for the next burst; at
