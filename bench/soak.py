@@ -612,7 +612,6 @@ def census_growth(censuses: Sequence[tuple[float, dict[str, Any]]], top: int) ->
     bytes there. {} for fewer than two."""
     if len(censuses) < 2:
         return {}
-    t0, first = censuses[0]
 
     def grew(key: str) -> list[dict[str, Any]]:
         rows = [{row["type"]: row["bytes"] for row in c[key]} for _, c in censuses]
