@@ -42,6 +42,7 @@ OSError catches every transport failure.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import socket
 import ssl
 import weakref
@@ -125,6 +126,7 @@ class _Recycled:
 
 # bytes: upper bounds of the classes `largest_reads` counts connections in (the last: above all)
 _READ_CLASSES = (4 * 1024, RECYCLE_AFTER_READ, 64 * 1024)
+_READ_CLASS_NAMES = (*(f"<={b // 1024}KiB" for b in _READ_CLASSES), f">{_READ_CLASSES[-1] // 1024}KiB")
 
 
 def largest_reads() -> dict[str, int]:
@@ -132,11 +134,10 @@ def largest_reads() -> dict[str, int]:
     buffers keep: RECYCLE_AFTER_READ): {"<=4KiB", "<=16KiB", "<=64KiB", ">64KiB": connections
     whose largest read falls in that class, "recycled": connections closed so far for a read
     above RECYCLE_AFTER_READ}."""
-    counts = dict.fromkeys([*(f"<={b // 1024}KiB" for b in _READ_CLASSES), f">{_READ_CLASSES[-1] // 1024}KiB"], 0)
-    names = list(counts)
+    counts = dict.fromkeys(_READ_CLASS_NAMES, 0)
     for conn in list(_ALIVE):
         if not conn.closed:
-            counts[names[next((i for i, b in enumerate(_READ_CLASSES) if conn.largest_read <= b), len(_READ_CLASSES))]] += 1
+            counts[_READ_CLASS_NAMES[bisect.bisect_left(_READ_CLASSES, conn.largest_read)]] += 1
     return {**counts, "recycled": _Recycled.count}
 
 RawHeaders = list[tuple[bytes, bytes]]  # an answer's header fields as received: (name, value)
