@@ -7,8 +7,12 @@ the live set of everything that turns over (cached objects replaced, connections
 reads the recording's event stream and counts, at each mark, the bytes still live of the
 allocations made since the attach, per site: a site whose bytes keep rising mark after mark
 leaks; one that levels off is a live set refilled (a fill). Allocations of MMAP_THRESHOLD bytes
-or more are left out: glibc maps them on their own (`proxy.allocator`), so they are not in the
-heap's bytes in use that `/debug/memory` reports.
+or more are counted apart ("large_live_mib"): glibc maps such a request on its own only when no
+free chunk of its heap fits it (the threshold decides how the heap grows, not where a request
+goes), so some of them are in the heap's bytes in use that `/debug/memory` reports. Their live
+bytes less `/debug/memory`'s mapped bytes at the same time are the ones in the heap (at 1,000
+kubelets, uvloop's 256 KiB TLS read buffers: docs/benchmarks.md, "The C heap's creep is TLS read
+buffers carved from the heap").
 
 A site is named by the first C functions of its stack that are not an allocator or the
 interpreter's call machinery (`_PyBytes_FromSize < bytes_concat < task_step_impl`: Python bytes
@@ -16,8 +20,9 @@ made by `a + b` in a task); heaptrack does not see Python frames.
 
 Run: `python -m bench.heap_sites FILE.zst [--marks 2,5,10,20] [--top 25]` (marks: minutes
 since the attach). One JSON document on stdout: {"marks_min", "live_mib" (every site, per mark
-and at the end), "sites": [{"site", "live_mib": [per mark, then the end]}] the `top` that grew
-most from the second mark to the end}.
+and at the end), "large_live_mib" (allocations of MMAP_THRESHOLD bytes or more, per mark and at
+the end), "sites": [{"site", "live_mib": [per mark, then the end]}] the `top` that grew most from
+the second mark to the end}.
 """
 
 from __future__ import annotations
@@ -100,6 +105,15 @@ def site_of(rec: Recording, trace: int) -> str:
     return " < ".join(names) or "?"
 
 
+def large_live(rec: Recording, counts: collections.Counter[int]) -> int:
+    """Bytes live in allocations of MMAP_THRESHOLD bytes or more, for one mark's counts."""
+    total = 0
+    for kind, n in counts.items():
+        if n > 0 and kind < len(rec.kinds) and rec.kinds[kind][0] >= MMAP_THRESHOLD:
+            total += rec.kinds[kind][0] * n
+    return total
+
+
 def live_by_site(rec: Recording, counts: collections.Counter[int]) -> collections.Counter[str]:
     """Bytes live per site for one mark's counts, allocations below MMAP_THRESHOLD only."""
     sites: dict[int, str] = {}
@@ -122,6 +136,7 @@ def report(rec: Recording, top: int) -> dict[str, object]:
     return {
         "marks_min": [mark for mark, _ in per_mark],
         "live_mib": [round(sum(sites.values()) / mib, 2) for _, sites in per_mark],
+        "large_live_mib": [round(large_live(rec, counts) / mib, 2) for _, counts in rec.marks],
         "sites": [{"site": s, "live_mib": [round(sites.get(s, 0) / mib, 2) for _, sites in per_mark]} for s in grew],
     }
 
