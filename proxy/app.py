@@ -30,6 +30,7 @@ from typing import Any
 from config import ConfigError
 from config.changes import RuntimeChange
 from config.models import ProxyConfig
+from proxy.allocator import trim_free_heap
 from proxy.authn import Authenticator
 from proxy.authz import Authorizer
 from proxy.cache.cache_set import CacheSet, ConfiguredCache
@@ -168,6 +169,7 @@ class ProxyApp:
         app._spawn("definitions-sync", follow_definitions(ctx, app.definitions_wake))
         app._spawn("event-loop-lag", probe_loop_lag(ctx.metrics.loop_lag, on_tick=app.gc_pauses.drain))
         app._spawn("gc-sweep-frozen", sweep_frozen())
+        app._spawn("heap-trim", trim_free_heap())
         ctx.metrics.read_at_scrape(functools.partial(_read_health, ctx))
         if ctx.metrics.workers_dir is not None:  # one of several workers: the others ask it at scrape time
             app._servers.append(await metrics_workers.serve(ctx.metrics, cache_set.all_caches, ctx.metrics.workers_dir))

@@ -15,6 +15,7 @@ partition that is down must not restart or unready the replicas serving every ot
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy import metrics_workers
-from proxy.allocator import heap_usage
+from proxy.allocator import TRIMS, heap_usage
 from proxy.census import CENSUS_ENV, census, census_enabled
 from proxy.clients.errors import UpstreamError
 from proxy.clients.partition import PartitionClient, connection_objects, connection_reads
@@ -143,14 +144,15 @@ class Endpoints:
         (PYTHONTRACEMALLOC=1 in the environment: tracing costs CPU and memory, so it is off by
         default), the traced bytes and the largest allocation sites: {"rss_bytes",
         "malloc": proxy.allocator.heap_usage() (what the C allocator holds in use and free,
-        null off glibc), "partition_connections": {"open": connections open to the partitions,
+        null off glibc), "heap_trims": proxy.allocator.TRIMS (the periodic trims of its free
+        pages: count, CPU seconds in all and at most), "partition_connections": {"open": connections open to the partitions,
         "objects": connection objects not yet freed (more than open: closed ones still
         referenced), "largest_read": proxy.clients.transport.largest_reads()}, "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes",
         "count"}]}. With `?census`, also "census": proxy.census.census() (Python objects by type;
         it holds the event loop ~0.5 s at 1,000 kubelets) when the process runs with
         PARTITION_PROXY_CENSUS=1, else {"error": how to turn it on}."""
         body: dict[str, Any] = {
-            "rss_bytes": _rss_bytes(), "malloc": heap_usage(),
+            "rss_bytes": _rss_bytes(), "malloc": heap_usage(), "heap_trims": dataclasses.asdict(TRIMS),
             "partition_connections": {"open": sum(c.connections for c in self.ctx.clients.values()), "objects": connection_objects(),
                                       "largest_read": connection_reads()},
             "tracing": tracemalloc.is_tracing(),

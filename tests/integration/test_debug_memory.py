@@ -27,6 +27,8 @@ async def test_memory_without_tracing_gives_resident_bytes_only(kube: Kube) -> N
     assert isinstance(body["rss_bytes"], int) and body["rss_bytes"] > 10 * 2**20
     heap = body["malloc"]  # glibc here: what its allocator holds, in use and free
     assert isinstance(heap, dict) and 0 < heap["in_use_bytes"] <= heap["heap_bytes"] < body["rss_bytes"]
+    trims = body["heap_trims"]  # proxy.allocator.trim_free_heap's turns so far and their CPU seconds
+    assert isinstance(trims, dict) and trims["trims"] >= 0 and 0 <= trims["longest_seconds"] <= trims["seconds"]
     connections = body["partition_connections"]  # the reflectors' watches at least, each on a connection of its own
     assert isinstance(connections, dict) and 0 < connections["open"] <= connections["objects"]
     reads = connections["largest_read"]  # every open connection in one class of its largest read

@@ -75,3 +75,42 @@ def test_the_c_library_is_loaded_once_per_function() -> None:
 
     assert _libc_function("mallinfo2") is _libc_function("mallinfo2") is not None
     assert _libc_function("no_such_function_in_libc") is None
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+async def test_the_periodic_trim_gives_freed_pages_back_and_counts_itself() -> None:
+    """8 MiB of touched 64 KiB heap chunks, freed, stay resident until trim_free_heap's next
+    turn gives them back; each turn is counted with its CPU seconds in TRIMS."""
+    import asyncio
+    import ctypes
+
+    from proxy.allocator import TRIMS, release_free_heap, trim_free_heap
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+    keep = libc.malloc(64 * 1024)  # below the blocks: the freed ones are a hole, not the heap's top
+    release_free_heap()
+    blocks = [libc.malloc(64 * 1024) for _ in range(128)]
+    top = libc.malloc(64 * 1024)  # above them: glibc cannot shrink the heap past a live block
+    for block in blocks:
+        ctypes.memset(block, 1, 64 * 1024)
+    for block in blocks:
+        libc.free(block)
+    held = _resident_bytes()
+    before = TRIMS.trims
+    task = asyncio.create_task(trim_free_heap(interval=0.05))
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if TRIMS.trims >= before + 2:
+                break
+    finally:
+        task.cancel()
+    assert TRIMS.trims >= before + 2 and 0 < TRIMS.longest_seconds <= TRIMS.seconds
+    assert held - _resident_bytes() >= 6 * 2**20  # the hole's pages are no longer resident
+    libc.free(top)
+    libc.free(keep)
