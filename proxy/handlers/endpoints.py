@@ -145,8 +145,8 @@ class Endpoints:
         default), the traced bytes and the largest allocation sites: {"rss_bytes",
         "malloc": proxy.allocator.heap_usage() (what the C allocator holds in use and free,
         null off glibc), "heap_trims": proxy.allocator.TRIMS (the periodic trims of its free
-        pages: count, CPU seconds in all and at most), "partition_connections": {"open": connections open to the partitions,
-        "objects": connection objects not yet freed (more than open: closed ones still
+        pages: count, CPU seconds in all and at most), "partition_connections": {"open":
+        connections open to the partitions, "objects": connection objects not yet freed (more than open: closed ones still
         referenced), "largest_read": proxy.clients.transport.largest_reads()}, "tracing", "traced_bytes", "sites": [{"site": "file:line", "bytes",
         "count"}]}. With `?census`, also "census": proxy.census.census() (Python objects by type;
         it holds the event loop ~0.5 s at 1,000 kubelets) when the process runs with

@@ -92,10 +92,9 @@ async def test_the_periodic_trim_gives_freed_pages_back_and_counts_itself() -> N
 
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
-    keep = libc.malloc(64 * 1024)  # below the blocks: the freed ones are a hole, not the heap's top
     release_free_heap()
     blocks = [libc.malloc(64 * 1024) for _ in range(128)]
-    top = libc.malloc(64 * 1024)  # above them: glibc cannot shrink the heap past a live block
+    top = libc.malloc(64 * 1024)  # above them: the freed blocks are a hole, not the heap's top
     for block in blocks:
         ctypes.memset(block, 1, 64 * 1024)
     for block in blocks:
@@ -113,4 +112,3 @@ async def test_the_periodic_trim_gives_freed_pages_back_and_counts_itself() -> N
     assert TRIMS.trims >= before + 2 and 0 < TRIMS.longest_seconds <= TRIMS.seconds
     assert held - _resident_bytes() >= 6 * 2**20  # the hole's pages are no longer resident
     libc.free(top)
-    libc.free(keep)
