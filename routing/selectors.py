@@ -829,10 +829,12 @@ def parse_field_selector(text: str) -> FieldSelector:
 # --- selectable fields per resource -------------------------------------------------------------
 
 
-def _get(obj: Mapping[str, Any], *path: str) -> Any:
+def _get(obj: Any, *path: str) -> Any:
+    """`obj[path[0]][path[1]]...`, None where a step is missing or not a mapping. On every cached
+    event: a decoded object's mappings are dicts, tested by type before the (slower) ABC check."""
     node: Any = obj
     for name in path:
-        if not isinstance(node, Mapping):
+        if type(node) is not dict and not isinstance(node, Mapping):
             return None
         node = node.get(name)
     return node
@@ -859,19 +861,20 @@ def _pod_fields(pod: Mapping[str, Any]) -> dict[str, str]:
     status.podIP is PodIPs[0] of the internal pod; the v1 -> internal conversion makes a
     non-empty v1 status.podIP authoritative (Convert_v1_PodStatus_To_core_PodStatus).
     """
-    pod_ip = _text(_get(pod, "status", "podIP"))
-    pod_ips = _get(pod, "status", "podIPs")
+    spec, status = _get(pod, "spec"), _get(pod, "status")  # each looked up once, not per field
+    pod_ip = _text(_get(status, "podIP"))
+    pod_ips = _get(status, "podIPs")
     if not pod_ip and isinstance(pod_ips, list) and pod_ips and isinstance(pod_ips[0], Mapping):
         pod_ip = _text(pod_ips[0].get("ip"))
     return {
-        "spec.nodeName": _text(_get(pod, "spec", "nodeName")),
-        "spec.restartPolicy": _text(_get(pod, "spec", "restartPolicy")),
-        "spec.schedulerName": _text(_get(pod, "spec", "schedulerName")),
-        "spec.serviceAccountName": _text(_get(pod, "spec", "serviceAccountName")),
-        "spec.hostNetwork": _bool_text(_get(pod, "spec", "hostNetwork")),
-        "status.phase": _text(_get(pod, "status", "phase")),
+        "spec.nodeName": _text(_get(spec, "nodeName")),
+        "spec.restartPolicy": _text(_get(spec, "restartPolicy")),
+        "spec.schedulerName": _text(_get(spec, "schedulerName")),
+        "spec.serviceAccountName": _text(_get(spec, "serviceAccountName")),
+        "spec.hostNetwork": _bool_text(_get(spec, "hostNetwork")),
+        "status.phase": _text(_get(status, "phase")),
         "status.podIP": pod_ip,
-        "status.nominatedNodeName": _text(_get(pod, "status", "nominatedNodeName")),
+        "status.nominatedNodeName": _text(_get(status, "nominatedNodeName")),
     }
 
 

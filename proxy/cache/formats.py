@@ -91,6 +91,12 @@ def _interned(pairs: dict[str, str]) -> dict[str, str]:
     return {sys.intern(k): sys.intern(v) for k, v in pairs.items()}
 
 
+def _interned_values(fields: dict[str, str]) -> dict[str, str]:
+    # Selectable fields' keys are routing.selectors' own constants, one object already; their
+    # values repeat across objects (a node's name in each of its pods, a phase).
+    return {k: sys.intern(v) for k, v in fields.items()}
+
+
 def event_line(kind: str, raw: bytes, stamp: str = "") -> bytes:
     """A JSON WatchEvent line around already-encoded object bytes (a copy, no re-encoding), with
     the object's own resourceVersion set to `stamp` when given."""
@@ -155,7 +161,7 @@ class JsonFormat:
             name=meta.get("name", ""),
             native_rv=native,
             labels=_interned(labels) if isinstance(labels, dict) else {},
-            fields=_interned(selectable_fields(spec.group, spec.resource, obj)),
+            fields=_interned_values(selectable_fields(spec.group, spec.resource, obj)),
             raw=exact_bytes(cached_json_object(obj, codec, slot)),
         )
 
@@ -220,7 +226,7 @@ class ProtobufFormat:
             name=facts.name,
             native_rv=native,
             labels=_interned(facts.labels),
-            fields=_interned(selectable_fields(spec.group, spec.resource, facts.doc)),
+            fields=_interned_values(selectable_fields(spec.group, spec.resource, facts.doc)),
             raw=pb.encode_envelope(pb.Envelope(api_version=api_version, kind=item_kind, raw=item)),
         )
 
