@@ -374,7 +374,7 @@ class CacheStore:
         """Apply one upstream watch event (ADDED, MODIFIED or DELETED) of `partition`; `obj` as
         the cache's format takes it (a decoded JSON object, or a protobuf object's message)."""
         slot = self.space.index(partition)
-        namespace, name, native = self.format.meta(obj)
+        namespace, name, native = self.format.meta(self.spec, obj)
         if not self._owned(partition, namespace, name):
             self._vector[slot] = max(self._vector[slot], native)
             return
@@ -422,7 +422,7 @@ class CacheStore:
         listing = self._listing[partition]
         slot = self.space.index(partition)
         for obj in items:
-            namespace, name, native = self.format.meta(obj)
+            namespace, name, native = self.format.meta(self.spec, obj)
             if not self._owned(partition, namespace, name):
                 continue
             key = (slot, namespace, name)
