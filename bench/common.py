@@ -51,6 +51,7 @@ OUT_DIR = REPO / ".local" / "bench"
 WORK_DIR = OUT_DIR / "work"  # federation roots (wiped by Federation.start)
 MIB = 1024 * 1024
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")  # bytes
 PROXIED = ["tp1", "rp1", "rp2"]
 PEER = "rp3"
 # parallel POSTs per kube-apiserver while creating nodes (brief: ~32)
@@ -161,6 +162,35 @@ def cpu_seconds(pid: int) -> float:
         text = f.read()
     fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
+
+
+def session_pids(sid: int) -> list[tuple[list[bytes], int]]:
+    """(the /proc/<pid>/stat fields after the command, pid) of every process in session `sid`
+    (hack.procs.spawn starts each server in a session of its own: a proxy's supervisor and
+    workers are its session)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # field 6 (session); fields[0] is field 3 (state)
+            out.append((fields, int(entry)))
+    return out
+
+
+def group_cpu_seconds(sid: int) -> float:
+    """User + system CPU seconds of every process in session `sid`."""
+    return sum(int(f[11]) + int(f[12]) for f, _ in session_pids(sid)) / CLK_TCK  # utime, stime
+
+
+def group_rss_bytes(sid: int) -> int:
+    """Resident bytes of every process in session `sid` (summed: a proxy's workers are
+    separate interpreters, started by exec, and share no heap)."""
+    return sum(int(f[21]) for f, _ in session_pids(sid)) * PAGE_SIZE  # rss, pages
 
 
 def mib(n: float) -> float:

@@ -47,11 +47,18 @@ by part (`bench.where_cpu_goes.account`: microseconds per kubelet-second per par
 stops each worker briefly per sample, so the window's CPU figures of such a run read a few per
 cent high; compare parts within it, and CPU across runs without it.
 
+`--workers N` runs the proxy with N worker processes (`serve --workers N`, each with its own
+caches and upstream watches; a kubelet's connection stays with one). The proxy side's CPU, RSS
+and sockets are then all of its processes together (its session); each worker's caches are
+waited for, and each worker's protobuf twins filled, over 8 new connections per worker (the
+kernel gives a connection to a worker by a hash of its addresses). For the steady state only:
+it needs `--no-storm` and refuses `--trace-memory` and `--profile`, which read one process.
+
 Output: one JSON document (stdout and .local/bench/fleet.json); the fleets' own reports (and
 `--profile`'s py-spy samples, `proxy-<N>.raw`) in .local/bench/fleet/. Ctrl-C/SIGTERM stops every process and deletes the federation root
 (`.local/bench/work/fleet`, also deleted after a normal run unless `--keep`).
 
-Run: `python -m bench.fleet [--kubelets 1000[,5000,10000]] [--sides proxy,direct] [--duration 120]`.
+Run: `python -m bench.fleet [--kubelets 1000[,5000,10000]] [--sides proxy,direct] [--duration 120] [--workers 1]`.
 """
 
 from __future__ import annotations
@@ -84,6 +91,8 @@ from bench.common import (
     cpu_seconds,
     emit,
     fill_protobuf_twin,
+    group_cpu_seconds,
+    group_rss_bytes,
     host_info,
     hollow_node,
     install_sigterm,
@@ -94,6 +103,7 @@ from bench.common import (
     ratio,
     rss_bytes,
     run_steps,
+    session_pids,
 )
 from bench.density import GoClients, Http, parse_metrics, proxy_watch_counts, watch_counts
 from bench.where_cpu_goes import PY_SPY, account, busy_parts
@@ -136,6 +146,9 @@ CACHE_TIMEOUT_SECONDS = 300.0  # for the proxy's caches to hold every node and L
 FLEET_STOP_TIMEOUT_SECONDS = 60.0  # for the fleet's report after SIGTERM
 TWIN_TIMEOUT_SECONDS = 10.0  # for a cache's protobuf twin to answer (a path no cache serves answers protobuf at once)
 POLL_SECONDS = 0.5
+# new connections per worker that stand for all of a proxy's workers (answers_per_worker_set):
+# 8 per worker miss a given one of 2 workers with a chance of 2 ** -16
+CONNECTIONS_PER_WORKER = 8
 
 
 class Refused(Exception):
@@ -158,6 +171,7 @@ class Params:
     keep: bool
     trace_memory: bool = False  # the proxy traces Python's allocations (PYTHONTRACEMALLOC=1, /debug/memory)
     profile: bool = False  # py-spy samples the proxy through the steady window (module docstring)
+    workers: int = 1  # the proxy's worker processes (`serve --workers`); the proxy side's figures are all of them
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Params:
@@ -178,6 +192,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
                     help="the proxy traces Python's allocations: where each kubelet's bytes go (RSS is then inflated by the tracing)")
     ap.add_argument("--profile", action="store_true",
                     help="py-spy samples the proxy through the steady window: where a kubelet-second goes (needs py-spy)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="the proxy's worker processes (serve --workers): its CPU, RSS and sockets are all of them together")
     a = ap.parse_args(argv)
     try:
         steps = tuple(int(x) for x in a.kubelets.split(",") if x.strip())
@@ -185,7 +201,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
         raise Refused(f"--kubelets must be counts separated by commas, not {a.kubelets!r}") from None
     params = Params(steps=steps, sides=tuple(x.strip() for x in a.sides.split(",") if x.strip()), duration=a.duration,
                     ramp=a.ramp, status_interval=a.status_interval, lease_interval=a.lease_interval, storm=not a.no_storm,
-                    content_type=a.content_type, keep=a.keep, trace_memory=a.trace_memory, profile=a.profile)
+                    content_type=a.content_type, keep=a.keep, trace_memory=a.trace_memory, profile=a.profile,
+                    workers=a.workers)
     validate(params)
     return params
 
@@ -198,6 +215,11 @@ def validate(p: Params) -> None:
         raise Refused(f"--sides must be proxy and/or direct, each once, not {','.join(p.sides)!r}")
     if not p.duration > 0 or not p.ramp > 0 or not p.lease_interval > 0 or p.status_interval < 0:
         raise Refused("--duration, --ramp and --lease-interval must be positive, --status-interval not negative")
+    if p.workers < 1:
+        raise Refused("--workers must be at least 1")
+    if p.workers > 1 and (p.storm or p.trace_memory or p.profile):
+        raise Refused("--workers above 1 is for the steady state: add --no-storm, and leave out --trace-memory and --profile "
+                      "(they read one process)")
     if p.profile and not PY_SPY.exists():
         raise Refused(f"--profile needs py-spy ({PY_SPY}): pip install py-spy")
 
@@ -296,14 +318,21 @@ def median(values: Sequence[float]) -> float:
 # -- process and socket readings (I/O) ------------------------------------------------------
 
 
-def rss_median(pid: int) -> int:
-    """The median of RSS_SAMPLES readings of `pid`'s RSS, RSS_SAMPLE_SECONDS apart (bytes)."""
+def rss_median(pid: int, *, group: bool = False) -> int:
+    """The median of RSS_SAMPLES readings of `pid`'s RSS (with `group`, of every process of its
+    session: a proxy's supervisor and workers), RSS_SAMPLE_SECONDS apart (bytes)."""
     values = []
     for i in range(RSS_SAMPLES):
-        values.append(rss_bytes(pid))
+        values.append(group_rss_bytes(pid) if group else rss_bytes(pid))
         if i + 1 < RSS_SAMPLES:
             time.sleep(RSS_SAMPLE_SECONDS)
     return int(median(values))
+
+
+def server_cpu_seconds(side: str, pid: int) -> float:
+    """CPU seconds of the side's server: the proxy's whole session (supervisor and workers), or
+    the peer's kube-apiserver."""
+    return group_cpu_seconds(pid) if side == "proxy" else cpu_seconds(pid)
 
 
 # -- a step: one federation, both sides -----------------------------------------------------
@@ -365,7 +394,7 @@ def snapshot(step: Step, side: str, fleet_pid: int | None) -> Snapshot:
     pids = {x: apiserver_pid(step.fed.partition(x)) for x in parts}
     server_pid = step.server_pid(side)
     t = time.monotonic()
-    server_cpu, fleet_cpu = cpu_seconds(server_pid), cpu_seconds(fleet_pid) if fleet_pid else None
+    server_cpu, fleet_cpu = server_cpu_seconds(side, server_pid), cpu_seconds(fleet_pid) if fleet_pid else None
     apiserver_cpu = {x: cpu_seconds(pid) for x, pid in pids.items()}
     texts = {x: step.http(x).get("/metrics", accept="text/plain").decode() for x in parts}
     sockets = read_sockets()
@@ -373,13 +402,13 @@ def snapshot(step: Step, side: str, fleet_pid: int | None) -> Snapshot:
     proxy_watches: dict[str, Any] = {}
     memory: dict[str, Any] | None = None
     if side == "proxy":
-        mine = socket_inodes(server_pid)
+        mine = set().union(*(socket_inodes(pid) for _, pid in session_pids(server_pid)))
         upstream = {x: count_established(sockets, remote_port=step.fed.partition(x).port, inodes=mine) for x in parts}
         proxy_watches = proxy_watch_counts(step.admin.get("/metrics", accept="text/plain").decode())
         if step.params.trace_memory:
             memory = step.admin.get_json("/debug/memory")
     return Snapshot(
-        t=t, server_cpu=server_cpu, server_rss=rss_median(server_pid), apiserver_cpu=apiserver_cpu,
+        t=t, server_cpu=server_cpu, server_rss=rss_median(server_pid, group=side == "proxy"), apiserver_cpu=apiserver_cpu,
         apiserver_rss={x: rss_bytes(pid) for x, pid in pids.items()}, fleet_cpu=fleet_cpu,
         fleet_rss=rss_bytes(fleet_pid) if fleet_pid else None,
         downstream=count_established(sockets, local_port=step.server_port(side)), upstream=upstream,
@@ -479,7 +508,7 @@ def idle_cpu(step: Step, side: str, base: Snapshot) -> dict[str, float]:
     baseline's reading over IDLE_CPU_SECONDS ("server" and partition names)."""
     time.sleep(max(0.0, IDLE_CPU_SECONDS - (time.monotonic() - base.t)))
     dt = time.monotonic() - base.t
-    out = {"server": (cpu_seconds(step.server_pid(side)) - base.server_cpu) / dt}
+    out = {"server": (server_cpu_seconds(side, step.server_pid(side)) - base.server_cpu) / dt}
     for x in base.apiserver_cpu:
         out[x] = (cpu_seconds(apiserver_pid(step.fed.partition(x))) - base.apiserver_cpu[x]) / dt
     return out
@@ -723,34 +752,53 @@ async def create_objects(fed: Federation, names: Sequence[str]) -> dict[str, dic
     return {x: {"nodes": a, "leases": b} for x, a, b in zip(where, nodes, leases)}
 
 
-def wait_caches(admin: Http, want: int) -> dict[str, int]:
-    """Poll /debug/caches until the nodes cache (and the node-leases cache, when the proxy has
-    one) holds `want` objects each."""
+def answers_per_worker_set(workers: int) -> int:
+    """How many answers, each on a new connection, stand for every worker of the proxy (1 for
+    one worker): the kernel gives a connection to a worker by a hash of its addresses, so
+    CONNECTIONS_PER_WORKER x workers of them miss a given worker with a chance of
+    (1 - 1/workers) ** (CONNECTIONS_PER_WORKER x workers), 2 ** -16 at 2 workers."""
+    return 1 if workers == 1 else CONNECTIONS_PER_WORKER * workers
+
+
+def wait_caches(admin: Http, want: int, workers: int = 1) -> dict[str, int]:
+    """Poll /debug/caches (a new connection each: a worker's own caches) until the nodes cache
+    (and the node-leases cache, when the proxy has one) holds `want` objects each, in
+    `answers_per_worker_set(workers)` answers in a row."""
     deadline = time.monotonic() + CACHE_TIMEOUT_SECONDS
+    in_a_row = 0
     while True:
         caches = {c["name"]: c for c in admin.get_json("/debug/caches")["caches"]}
         held = {name: caches[name]["objects"] for name in ("nodes", "node-leases") if name in caches}
         if all(v == want and caches[k].get("synced", True) for k, v in held.items()):
-            return held
+            in_a_row += 1
+            if in_a_row >= answers_per_worker_set(workers):
+                return held
+            continue
+        in_a_row = 0
         if time.monotonic() > deadline:
             raise RuntimeError(f"the proxy's caches hold {held}, want {want} each")
         time.sleep(POLL_SECONDS)
 
 
-async def fill_twins(fed: Federation, proxy: ProxyProcess, cert: tuple[Path, Path]) -> dict[str, float | None]:
+async def fill_twins(fed: Federation, proxy: ProxyProcess, cert: tuple[Path, Path], workers: int = 1) -> dict[str, float | None]:
     """One protobuf-first LIST of each collection a kubelet watches, through the proxy, repeated
     until it answers protobuf: the protobuf twin of any cache serving it is filled before the
-    baseline (seconds each; None when it did not within TWIN_TIMEOUT_SECONDS)."""
-    session = new_session(client_ssl(fed, cert))
+    baseline (seconds each, the longest over the workers; None when it did not within
+    TWIN_TIMEOUT_SECONDS). Each worker has its own twins: with several, the same on
+    `answers_per_worker_set(workers)` new connections."""
     out: dict[str, float | None] = {}
-    try:
-        for path in KUBELET_COLLECTIONS:
-            try:
-                out[path] = round(await fill_protobuf_twin(session, proxy.server, timeout=TWIN_TIMEOUT_SECONDS, path=path), 2)
-            except RuntimeError:
-                out[path] = None
-    finally:
-        await session.close()
+    for _ in range(answers_per_worker_set(workers)):
+        session = new_session(client_ssl(fed, cert), limit=1)
+        try:
+            for path in KUBELET_COLLECTIONS:
+                try:
+                    seconds: float | None = round(await fill_protobuf_twin(session, proxy.server, timeout=TWIN_TIMEOUT_SECONDS, path=path), 2)
+                except RuntimeError:
+                    seconds = None
+                before = out.get(path, 0.0)
+                out[path] = None if seconds is None or before is None else max(before, seconds)
+        finally:
+            await session.close()
     return out
 
 
@@ -768,8 +816,8 @@ def prepare(p: Params, n: int, fed: Federation, proxy: ProxyProcess, clients: Go
     t = time.monotonic()
     created = asyncio.run(create_objects(fed, names))
     log(f"[{n} kubelets] created nodes and Leases {created} in {time.monotonic() - t:.1f} s")
-    held = wait_caches(step.admin, n)
-    twins = asyncio.run(fill_twins(fed, proxy, cert))
+    held = wait_caches(step.admin, n, p.workers)
+    twins = asyncio.run(fill_twins(fed, proxy, cert, p.workers))
     log(f"[{n} kubelets] the proxy's caches hold {held}; protobuf twins filled in {twins} s")
     return step
 
@@ -784,7 +832,7 @@ def run_step(p: Params, n: int, root: Path) -> dict[str, Any]:
     try:
         log(f"[{n} kubelets] starting the federation (tp1, tp2, rp1, rp2 behind the proxy; {PEER} the peer)")
         fed.start()
-        proxies.append(ProxyProcess(fed, root / "proxy", partitions=list(PROXIED), extra=proxy_extra(n),
+        proxies.append(ProxyProcess(fed, root / "proxy", partitions=list(PROXIED), extra=proxy_extra(n), workers=p.workers,
                                     env={"PYTHONTRACEMALLOC": "1"} if p.trace_memory else None))
         step = prepare(p, n, fed, proxies[0], clients)
         result["setup_s"] = round(time.monotonic() - t0, 1)

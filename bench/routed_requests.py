@@ -83,8 +83,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.common import (OUT_DIR, REPO, WORK_DIR, client_ssl, emit, fill_protobuf_twin, host_info, install_sigterm, log, mib,
-                          new_session, ratio)
+from bench.common import (OUT_DIR, REPO, WORK_DIR, client_ssl, emit, fill_protobuf_twin, group_cpu_seconds, group_rss_bytes,
+                          host_info, install_sigterm, log, mib, new_session, ratio, session_pids)
 from hack.federation import PROXY_ADMINS_GROUP, Federation, _free_ports
 from hack.openssl import proxy_env
 from hack.procs import stop_process
@@ -101,26 +101,6 @@ OPS = ("get", "renew-lease", "patch-status", "list")
 SIDES = ("proxy", "direct", "lean", "aiohttp")
 PEER_MODULES = {"lean": "bench.peers.lean_forwarder", "aiohttp": "bench.peers.aiohttp_forwarder"}
 WARMUP = "1s"  # rvcheck requests --warmup: the TLS handshake and first requests are not counted
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _session_stats(sid: int) -> list[list[bytes]]:
-    """The /proc/<pid>/stat fields (after the command) of every process in session `sid` (the
-    proxy is started in a session of its own, so these are all its workers)."""
-    return [fields for fields, _ in _session_pids(sid)]
-
-
-def group_cpu_seconds(sid: int) -> float:
-    """User + system CPU seconds of every process in session `sid`."""
-    return sum(int(f[11]) + int(f[12]) for f in _session_stats(sid)) / _CLK_TCK  # utime, stime
-
-
-def group_rss_bytes(sid: int) -> int:
-    """Resident bytes of every process in session `sid`."""
-    return sum(int(f[21]) for f in _session_stats(sid)) * _PAGE_SIZE  # rss, pages
-
-
 def pod(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
@@ -260,26 +240,10 @@ class Peer:
 def pin(sessions: list[int], cpus: set[int]) -> None:
     """Every thread of every process in `sessions` on `cpus`."""
     for sid in sessions:
-        for _, pid in _session_pids(sid):
+        for _, pid in session_pids(sid):
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(int(tid), cpus)
-
-
-def _session_pids(sid: int) -> list[tuple[list[bytes], int]]:
-    """(the /proc/<pid>/stat fields after the command, pid) of every process in session `sid`."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:  # field 6 (session); fields[0] is field 3 (state)
-            out.append((fields, int(entry)))
-    return out
 
 
 def idle_cores(sides: dict[str, Side], seconds: float) -> dict[str, float]:

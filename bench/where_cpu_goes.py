@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import WORK_DIR, emit, host_info, install_sigterm, log
+from bench.common import WORK_DIR, emit, group_cpu_seconds, host_info, install_sigterm, log
 from bench.routed_requests import (
     ARTIFACTS,
     LEASE_NAMESPACE,
@@ -61,7 +61,6 @@ from bench.routed_requests import (
     RVCHECK,
     Peer,
     create_objects,
-    group_cpu_seconds,
     pin,
 )
 from hack.federation import PROXY_ADMINS_GROUP, Federation

@@ -134,10 +134,21 @@ def test_the_command_line_gives_the_ladder_and_the_sides() -> None:
     (["--sides", "peer"], "proxy and/or direct"),
     (["--duration", "0"], "must be positive"),
     (["--status-interval", "-1"], "not negative"),
+    (["--workers", "0"], "at least 1"),
+    (["--workers", "2"], "add --no-storm"),
+    (["--workers", "2", "--no-storm", "--trace-memory"], "read one process"),
 ])
 def test_impossible_parameters_are_refused_in_one_line(argv: list[str], message: str) -> None:
     with pytest.raises(Refused, match=message):
         parse_args(argv)
+
+
+def test_several_workers_are_measured_in_the_steady_state_and_each_is_reached_by_new_connections() -> None:
+    assert parse_args(["--workers", "2", "--no-storm"]).workers == 2
+    assert parse_args([]).workers == 1
+    assert fleet.answers_per_worker_set(1) == 1  # one worker: any answer is its own
+    # 16 new connections: a given one of 2 workers misses them all with a chance of 2 ** -16
+    assert fleet.answers_per_worker_set(2) == 2 * fleet.CONNECTIONS_PER_WORKER == 16
 
 
 def test_a_status_interval_of_zero_turns_the_patches_off_and_is_accepted() -> None:
