@@ -4,6 +4,11 @@ model of docs/sizing.md: proxy/sizing.py).
 
 `serve --workers N` runs N worker processes on the one port (proxy/workers.py); the default is
 the CPUs the process may use (affinity and cgroup quota); `--workers 1` serves in this process.
+The proxy itself (`proxy.app` and all it imports: aiohttp, uvloop, prometheus-client, the fronts
+and caches) is imported where it runs, not by this module: the supervisor of N workers imports
+only the config, the sizing model and `proxy.workers`, and leaves the deeper start-up checks
+(the caches' selectors) to a `--check-config` child, so the process that lives as long
+as the replica holds ~37 MiB of RSS instead of ~92 MiB (docs/sizing.md, "The model").
 
 Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 when the configuration is unusable
 (one line on stderr naming the field), 1 when start-up fails for another reason (one line).
@@ -23,6 +28,7 @@ import logging
 import os
 import signal
 import ssl
+import subprocess
 import sys
 from asyncio import sslproto
 from collections.abc import Callable
@@ -31,8 +37,6 @@ from pathlib import Path
 from config import ConfigError, load_config
 from config.models import ListenConfig, ProxyConfig
 from proxy.allocator import tune_allocator
-from proxy.app import ProxyApp, build_caches, build_resource_versions
-from proxy.fronts.listener import offer_alpn
 from proxy.sizing import Federation, estimate
 from proxy.workers import WORKER_ENV, available_cpus, run_workers
 from proxy.kubeconfig_cmd import (
@@ -73,9 +77,11 @@ def shrink_ssl_read_buffers() -> None:
     sslproto.SSLProtocol.max_size = SSL_READ_BUFFER
 
 
-def server_ssl_context(listen: ListenConfig) -> ssl.SSLContext | None:
+def server_ssl_context(listen: ListenConfig, *, alpn: bool = True) -> ssl.SSLContext | None:
     """The downstream TLS context: serving certificate, and client certificates verified
-    against the client CA when one is configured (optional, so health probes need none)."""
+    against the client CA when one is configured (optional, so health probes need none); with
+    `alpn`, offering the protocols the fronts serve (without: a check of the files alone, which
+    needs no front imported). Raises OSError, ssl.SSLError."""
     if listen.tls is None:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -85,7 +91,10 @@ def server_ssl_context(listen: ListenConfig) -> ssl.SSLContext | None:
     if listen.tls.client_ca_file is not None:
         ctx.load_verify_locations(cafile=listen.tls.client_ca_file)
         ctx.verify_mode = ssl.CERT_OPTIONAL
-    offer_alpn(ctx, http2=listen.http2.enabled)
+    if alpn:
+        from proxy.fronts.listener import offer_alpn
+
+        offer_alpn(ctx, http2=listen.http2.enabled)
     return ctx
 
 
@@ -202,21 +211,33 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s %(name)s{tag} %(message)s")
     try:
         config = load_config(args.config)
-        ssl_context = server_ssl_context(config.listen)
-        build_caches(config, build_resource_versions(config))  # a bad cache selector fails here, before any I/O
+        ssl_context = server_ssl_context(config.listen, alpn=False)
     except ConfigError as exc:
         print(f"partition-proxy: config error: {exc}", file=sys.stderr)
         return 2
     except (OSError, ssl.SSLError) as exc:
         print(f"partition-proxy: config error: listen.tls: {exc}", file=sys.stderr)
         return 2
-    if worker is None:  # once per replica
-        _log_tls_library()
     workers = args.workers if args.workers is not None else available_cpus()
     if workers > 1:
+        # the caches' check imports the whole proxy: in a child, which exits (the module
+        # docstring), printing its one line when a cache is unusable
+        checked = subprocess.run([sys.executable, "-m", "proxy.cli", "serve", "--config", str(args.config), "--check-config"],
+                                 stdout=subprocess.DEVNULL, check=False)
+        if checked.returncode != 0:
+            return checked.returncode
+        _log_tls_library()  # once per replica
         worker_argv = ["serve", "--config", str(args.config), "--log-level", args.log_level, "--event-loop", args.event_loop,
                        "--workers", "1", "--reuse-port"]
         return run_workers(worker_argv, workers, config.failure.shutdown_drain_seconds + config.failure.shutdown_grace_seconds)
+    try:
+        ssl_context = server_ssl_context(config.listen)
+        _check_caches(config)
+    except ConfigError as exc:
+        print(f"partition-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    if worker is None:  # once per replica (a worker's supervisor logged it)
+        _log_tls_library()
     shrink_ssl_read_buffers()
     try:
         with asyncio.Runner(loop_factory=_loop_factory(args.event_loop)) as runner:
@@ -273,6 +294,8 @@ async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None, *, 
     go one by one over up to `failure.shutdown_drain_seconds` (their watches end cleanly), and
     each one's other requests in flight get `failure.shutdown_grace_seconds`. SIGHUP re-reads
     `config_path` (the partition set changes at runtime: proxy.partition_set)."""
+    from proxy.app import ProxyApp
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -297,11 +320,20 @@ async def run_proxy(config: ProxyConfig, ssl_context: ssl.SSLContext | None, *, 
         await app.stop(config.failure.shutdown_grace_seconds, config.failure.shutdown_drain_seconds)
 
 
+def _check_caches(config: ProxyConfig) -> None:
+    """Build the watch caches of a loaded config, as start-up does before any I/O. Raises
+    ConfigError naming the field (a bad cache selector)."""
+    from proxy.app import build_caches, build_resource_versions
+
+    build_caches(config, build_resource_versions(config))
+
+
 def _check_config(path: Path) -> int:
     """`serve --check-config`: load_config plus building the watch caches (their selectors),
-    as start-up does before it opens any connection."""
+    as start-up does before it opens any connection (not the TLS files: a config is checked
+    where its Secrets are not mounted)."""
     try:
-        build_caches(load_config(path))
+        _check_caches(load_config(path))
     except ConfigError as exc:
         print(f"partition-proxy: config error: {exc}", file=sys.stderr)
         return 2
