@@ -83,6 +83,7 @@ import orjson
 from bench.common import (
     NODE_LEASES,
     OUT_DIR,
+    PAGE_SIZE,
     REPO,
     WORK_DIR,
     apiserver_pid,
@@ -386,6 +387,9 @@ class Snapshot:
     sars: dict[str, int]  # per partition: SubjectAccessReviews answered (all verbs)
     proxy_watches: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] | None = None  # the proxy's /debug/memory, when it traces allocations
+    # proxy side: the RSS of each of its processes, the session leader (with --workers above 1,
+    # the supervisor) first, then its workers by pid
+    server_rss_by_process: list[int] = field(default_factory=list)
 
 
 def snapshot(step: Step, side: str, fleet_pid: int | None) -> Snapshot:
@@ -411,6 +415,8 @@ def snapshot(step: Step, side: str, fleet_pid: int | None) -> Snapshot:
         t=t, server_cpu=server_cpu, server_rss=rss_median(server_pid, group=side == "proxy"), apiserver_cpu=apiserver_cpu,
         apiserver_rss={x: rss_bytes(pid) for x, pid in pids.items()}, fleet_cpu=fleet_cpu,
         fleet_rss=rss_bytes(fleet_pid) if fleet_pid else None,
+        server_rss_by_process=[int(f[21]) * PAGE_SIZE for f, pid in sorted(session_pids(server_pid), key=lambda e: (e[1] != server_pid, e[1]))]
+        if side == "proxy" else [],
         downstream=count_established(sockets, local_port=step.server_port(side)), upstream=upstream,
         watches={x: watch_counts(t) for x, t in texts.items()}, requests={x: request_total(t) for x, t in texts.items()},
         sars={x: sum(request_total(t, resource="subjectaccessreviews").values()) for x, t in texts.items()},
@@ -496,6 +502,7 @@ def server_figures(n: int, base: Snapshot, s0: Snapshot, s1: Snapshot, idle: dic
     return {
         "rss_before_mib": round(base.server_rss / 2**20, 1), "rss_after_mib": round(s1.server_rss / 2**20, 1),
         "rss_growth_bytes": growth, "rss_per_kubelet_bytes": per_kubelet(growth, n, 0),
+        "rss_by_process_mib": [round(b / 2**20, 1) for b in s1.server_rss_by_process],
         "cpu_s_window": round(cpu, 3), "cpu_cores_window": round(cpu / window, 3) if window > 0 else None,
         "cpu_cores_idle": round(idle["server"], 4),
         "cpu_us_per_kubelet_s": cpu_us_per_kubelet_second(cpu - idle["server"] * window, window, n),
