@@ -12,7 +12,8 @@ coefficient no longer matches the run it names, and checks the model against the
 points it was not fitted on (docs/sizing.md, "The model"). The model is linear in what it counts:
 
 - memory per replica = workers x (base + a control plane's clients + nodes x per-node + pods x
-  per-pod) + kubelets of the replica x per-kubelet: each worker process holds its own copy of every
+  per-pod) + kubelets of the replica x per-kubelet, + the supervisor with more than one worker:
+  each worker process holds its own copy of every
   cache (nodes, their Leases when a node-leases cache is configured, pods; protobuf twins
   included), the kubelets' own state (their connections, cache watchers, identities) is held
   once, by the worker serving each;
@@ -77,6 +78,10 @@ POD_BYTES = 9_524
 # (fleet-ladder-8aa2ea9-b.json) is what the figures are validated on (docs/sizing.md).
 KUBELET_BYTES = 86_484
 KUBELET_CPU_US_PER_S = 99.08
+# bytes; the supervisor of `serve --workers N` above 1 (proxy.workers: it starts and replaces the
+# workers and imports no proxy): bench/results/fleet-ladder-2workers-0eaeb08.json, the
+# 1,000-kubelet step, rss_by_process_mib[0] at the end of its steady window.
+SUPERVISOR_BYTES = 42_467_328
 # CPU seconds of the proxy per pod started (its create, the scheduler's watch and binding, the
 # kubelet's watch and status patches, kwok's and the controllers' traffic): bench/results/
 # density.json and density-5000.json steps[0] (1,000 and 5,000 kwok nodes, 2,000 pods each, every
@@ -178,7 +183,8 @@ def replica_memory_bytes(nodes: int, pods: int, kubelets: int, workers: int = 1,
     a control plane's schedulers and controllers (counted in every replica: any may serve them)."""
     base = BASE_BYTES + (CONTROL_PLANE_BYTES if control_plane else 0)
     per_node = NODE_BYTES + (LEASE_BYTES if node_leases_cache else 0)
-    return workers * (base + nodes * per_node + pods * POD_BYTES) + kubelets * KUBELET_BYTES
+    supervisor = SUPERVISOR_BYTES if workers > 1 else 0
+    return supervisor + workers * (base + nodes * per_node + pods * POD_BYTES) + kubelets * KUBELET_BYTES
 
 
 def cache_event_cores(nodes: int, kubelets: int, workers: int = 1, *, node_leases_cache: bool = False) -> float:
