@@ -229,36 +229,6 @@ def _fields(data: bytes, start: int, end: int) -> list[tuple[int, int, int, int,
     return out
 
 
-_Found = list[tuple[int, int, int]]  # (wire type, value start, value end) of each occurrence of a field
-
-
-def _scan(data: bytes, start: int, end: int, wanted: dict[int, _Found]) -> None:
-    """The walk of `_fields` for a reader of a few fields of a large message (a pod's spec):
-    appends (wire type, value start, value end) of every occurrence of each field number in
-    `wanted` to its list, in order, and records nothing of the other fields. Raises
-    ProtobufError for a malformed message."""
-    pos = start
-    get = wanted.get
-    while pos < end:
-        number = _LD_KEY[data[pos]]
-        if number and pos + 1 < end:  # fast path, as in `_fields`
-            length = data[pos + 1]
-            if length < 0x80:
-                vs = pos + 2
-            else:
-                length, vs = _varint(data, pos + 1, end)
-            ve = vs + length
-            if ve > end:
-                raise ProtobufError(f"field {number}: length {length} past the end of its message")
-            wire = 2
-        else:
-            number, wire, vs, ve = _field(data, pos, end)
-        found = get(number)
-        if found is not None:
-            found.append((wire, vs, ve))
-        pos = ve
-
-
 _ONE_BYTE = [bytes([i]) for i in range(0x80)]
 
 
@@ -759,22 +729,15 @@ def item_meta(item: bytes) -> ItemMeta:
 
     Absent fields are "". Raises ProtobufError for a malformed item."""
     data = _bytes_of(item)
-    metas: _Found = []
-    _scan(data, 0, len(data), {1: metas})
-    found: dict[int, _Found] = {1: [], 3: [], 6: []}
-    for wire, start, end in metas:
-        _expect_ld(1, wire)
-        _scan(data, start, end, found)
-    name, namespace, rv = (_last_text(data, f, found[f]) for f in (1, 3, 6))
+    meta = _merged(data, 0, len(data), 1)
+    found: dict[int, tuple[int, int]] = {}
+    for start, end in meta:
+        for _s, f, wire, vs, ve in _fields(data, start, end):
+            if f == 1 or f == 3 or f == 6:
+                _expect_ld(f, wire)
+                found[f] = (vs, ve)
+    name, namespace, rv = (_text(data, *found[f]) if f in found else "" for f in (1, 3, 6))
     return ItemMeta(namespace=namespace, name=name, resource_version=rv)
-
-
-def _last_text(data: bytes, number: int, found: _Found) -> str:
-    """The string of the last occurrence of field `number` ("" when none: the last wins, as
-    gogo decodes). Raises ProtobufError when it is not length-delimited or not UTF-8."""
-    for wire, _vs, _ve in found:
-        _expect_ld(number, wire)
-    return _text(data, found[-1][1], found[-1][2]) if found else ""
 
 
 def list_meta_rv(list_meta: bytes) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from routing import protobuf as pb
-from routing.protobuf import _expect_ld, _fields, _Found, _head, _last_text, _ld, _scan, _text, _varint
+from routing.protobuf import _expect_ld, _fields, _head, _ld, _text, _varint
 from routing.selectors import reads_only_metadata
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -77,7 +77,7 @@ def _map_entry(data: bytes, start: int, end: int) -> tuple[str, str]:
     return key, value
 
 
-_Occurrences = _Found  # (wire type, value start, value end) of each occurrence of a field
+_Occurrences = list[tuple[int, int, int]]  # (wire type, value start, value end) of each occurrence of a field
 _Path = tuple[tuple[str, ...], tuple[int, ...], str]  # a _FIELD_PATHS entry: JSON path, field numbers, type
 
 
@@ -118,7 +118,10 @@ def _path_values(item: bytes, top: dict[int, _Occurrences], plan: _Plan) -> list
         below[first] = fields
         for wire, vs, ve in top[first]:
             _expect_ld(first, wire)
-            _scan(item, vs, ve, fields)
+            for _s, f, fwire, fvs, fve in _fields(item, vs, ve):
+                occurrences = fields.get(f)
+                if occurrences is not None:
+                    occurrences.append((fwire, fvs, fve))
     return [_last_scalar(item, numbers[-1], top[numbers[0]] if len(numbers) == 1 else below[numbers[0]][numbers[1]], type_)
             for _json_path, numbers, type_ in plan.paths]
 
@@ -142,17 +145,26 @@ def item_facts(item: bytes, group: str, resource: str) -> ItemFacts:
     "". Raises ProtobufError for a malformed message."""
     plan = _PLANS.get((group, resource), _METADATA_ONLY)
     top: dict[int, _Occurrences] = {number: [] for number in plan.top}
-    _scan(item, 0, len(item), top)
-    found: dict[int, _Occurrences] = {1: [], 3: [], 6: [], 11: []}
+    for _s, f, wire, vs, ve in _fields(item, 0, len(item)):
+        occurrences = top.get(f)
+        if occurrences is not None:
+            occurrences.append((wire, vs, ve))
+    meta = []
     for wire, vs, ve in top[1]:
         _expect_ld(1, wire)
-        _scan(item, vs, ve, found)
-    name, namespace, resource_version = (_last_text(item, f, found[f]) for f in (1, 3, 6))
+        meta.append((vs, ve))
+    strings = {1: "", 3: "", 6: ""}
     labels: dict[str, str] = {}
-    for wire, vs, ve in found[11]:
-        _expect_ld(11, wire)
-        key, value = _map_entry(item, vs, ve)
-        labels[key] = value
+    for start, end in meta:
+        for _s, f, wire, vs, ve in _fields(item, start, end):
+            if f in strings:
+                _expect_ld(f, wire)
+                strings[f] = _text(item, vs, ve)
+            elif f == 11:
+                _expect_ld(f, wire)
+                key, value = _map_entry(item, vs, ve)
+                labels[key] = value
+    name, namespace = strings[1], strings[3]
     doc: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}}
     for (json_path, _numbers, _type), value in zip(plan.paths, _path_values(item, top, plan)):
         if value is None:
@@ -161,7 +173,7 @@ def item_facts(item: bytes, group: str, resource: str) -> ItemFacts:
         for key in json_path[:-1]:
             node = node.setdefault(key, {})
         node[json_path[-1]] = value
-    return ItemFacts(namespace=namespace, name=name, resource_version=resource_version, labels=labels, doc=doc)
+    return ItemFacts(namespace=namespace, name=name, resource_version=strings[6], labels=labels, doc=doc)
 
 
 def strip_item(item: bytes, *, managed_fields: bool, last_applied: bool) -> bytes:
