@@ -18,7 +18,8 @@ points it was not fitted on (docs/sizing.md, "The model"). The model is linear i
   included), the kubelets' own state (their connections, cache watchers, identities) is held
   once, by the worker serving each;
 - CPU per replica (cores) = its kubelets x CPU per kubelet-second (Lease renewals, status
-  patches, their watches' events) + its share of pod starts x CPU per pod started + the caches'
+  patches, their watches' events) + each worker serving kubelets x a fixed part (the two read
+  from a fleet ladder: a kubelet costs less in a larger fleet) + its share of pod starts x CPU per pod started + the caches'
   events of every other node: each worker of each replica keeps its own nodes cache (and its
   protobuf twin), so every node's status update anywhere in the federation is a watch event in
   every worker, and so is every Lease renewal when a node-leases cache is configured (it is not
@@ -65,19 +66,23 @@ LEASE_BYTES = 1_271
 # bytes per pod: the pod in the JSON cache and its protobuf twin, steady:
 # bench/results/cache_memory-pods.json result.pods.rss_growth_per_pod_json_and_twin_bytes.
 POD_BYTES = 9_524
-# bytes per kubelet served (its connection, its five cache watchers, its identity) and CPU
-# microseconds per kubelet-second (a Lease renewal every 10 s, a status patch every 60 s, the
-# events of its watches): bench/results/fleet-ladder-8aa2ea9.json (`bench.fleet --kubelets
-# 500,1000,1500,2000,2500 --sides proxy --no-storm --duration 60`, one worker, the default
-# caches), every step pooled: the steps' RSS growth (rss_growth_bytes) over their kubelets, and
-# their CPU (cpu_us_per_kubelet_s, net of the idle proxy) over their kubelet-seconds. Pooled, not
-# one step's: a step's figure moves by up to 15 % from run to run (the 500-kubelet step read 129
-# and 112 us in two ladders of one day), and larger fleets cost less per kubelet (129 us at 500,
-# 87 at 2,500: more work per loop turn), so a fleet smaller than 1,000 is under-predicted by up to
-# a quarter and one larger than 2,500 over-predicted. The same command's other ladder of that day
+# bytes per kubelet served (its connection, its five cache watchers, its identity):
+# bench/results/fleet-ladder-8aa2ea9.json (`bench.fleet --kubelets 500,1000,1500,2000,2500
+# --sides proxy --no-storm --duration 60`, one worker, the default caches), every step pooled: the
+# steps' RSS growth (rss_growth_bytes) over their kubelets. Pooled, not one step's: a step's
+# figure moves by up to 15 % from run to run. The same command's other ladder of that day
 # (fleet-ladder-8aa2ea9-b.json) is what the figures are validated on (docs/sizing.md).
 KUBELET_BYTES = 86_484
-KUBELET_CPU_US_PER_S = 99.08
+# CPU of the kubelets a worker serves (a Lease renewal every 10 s, a status patch every 60 s, the
+# events of their watches), net of the idle proxy: k kubelets on one worker cost
+# k x KUBELET_CPU_US_PER_S + WORKER_FLEET_CPU_US_PER_S microseconds per second. A least-squares
+# line through the same five steps' cpu_us_per_kubelet_s against 1 / kubelets (it reads each
+# step within 7 %): a kubelet costs less in a larger fleet (129 us at 500, 87 at 2,500: more work
+# per loop turn), so a constant under-predicts a worker of few kubelets (two workers sharing a
+# fleet: -20 % with the pooled 99.1 us) and over-predicts a large one. The fixed part is the fit's,
+# not a mechanism measured apart; past 2,500 kubelets per worker the line is extrapolated.
+KUBELET_CPU_US_PER_S = 83.75
+WORKER_FLEET_CPU_US_PER_S = 24_229  # 0.024 cores per worker serving any kubelets
 # bytes; the supervisor of `serve --workers N` above 1 (proxy.workers: it starts and replaces the
 # workers and imports no proxy): bench/results/fleet-ladder-2workers-0eaeb08.json, the
 # 1,000-kubelet step, rss_by_process_mib[0] at the end of its steady window.
@@ -191,18 +196,25 @@ def cache_event_cores(nodes: int, kubelets: int, workers: int = 1, *, node_lease
     """Cores one replica of `workers` workers serving `kubelets` kubelets spends on the watch
     events of the other node status updates (and, with `node_leases_cache`, Lease renewals) of a
     federation of `nodes` nodes (every worker caches every node; the worker serving a kubelet
-    pays its events inside KUBELET_CPU_US_PER_S)."""
+    pays its events inside kubelet_cores)."""
     per_node_second = STATUS_EVENT_CPU_US / NODE_STATUS_PERIOD_S
     if node_leases_cache:
         per_node_second += LEASE_EVENT_CPU_US / LEASE_RENEW_PERIOD_S
     return max(0, workers * nodes - kubelets) * per_node_second / 1e6
 
 
+def kubelet_cores(kubelets: int, workers: int = 1) -> float:
+    """Cores `workers` workers use serving `kubelets` kubelets between them (each worker an equal
+    share): their Lease renewals, status patches and watch events, net of the idle proxy."""
+    serving = min(workers, kubelets)
+    return (kubelets * KUBELET_CPU_US_PER_S + serving * WORKER_FLEET_CPU_US_PER_S) / 1e6
+
+
 def replica_cores(kubelets: int, pods_started_per_second: float, *, nodes: int = 0, workers: int = 1,
                   node_leases_cache: bool = False) -> float:
     """Cores one replica uses for `kubelets` kubelets, its share of pod starts and, in a
     federation of `nodes` nodes (0: only its own kubelets' nodes), the other nodes' events."""
-    return (kubelets * KUBELET_CPU_US_PER_S / 1e6 + pods_started_per_second * POD_START_CPU_S
+    return (kubelet_cores(kubelets, workers) + pods_started_per_second * POD_START_CPU_S
             + cache_event_cores(max(nodes, kubelets), kubelets, workers, node_leases_cache=node_leases_cache))
 
 

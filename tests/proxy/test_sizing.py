@@ -5,6 +5,7 @@ run it names, and the model predicts the measured points it was not fitted on wi
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ FITTED_LADDER = "fleet-ladder-8aa2ea9.json"
 VALIDATION_LADDER = "fleet-ladder-8aa2ea9-b.json"
 # the same command with `--workers 2` (every worker caches every node; a supervisor)
 TWO_WORKERS_LADDER = "fleet-ladder-2workers-0eaeb08.json"
+TWO_WORKERS_LADDER_HEAVY_SUPERVISOR = "fleet-ladder-2workers-db274ce.json"
 
 
 def _ladder_steps(name: str) -> dict[int, dict[str, Any]]:
@@ -55,13 +57,24 @@ def test_memory_coefficients_are_the_figures_of_the_runs_they_name() -> None:
     assert sizing.MAX_IDLE_PER_ENDPOINT == transport.MAX_IDLE_PER_ENDPOINT
 
 
-def test_kubelet_coefficients_pool_every_step_of_the_ladder_they_name() -> None:
+def test_kubelet_coefficients_are_read_from_every_step_of_the_ladder_they_name() -> None:
     steps = _ladder_steps(FITTED_LADDER)
     kubelets = sum(steps)
     assert kubelets >= 7500, steps.keys()  # 500 to 2,500 kubelets
     assert sizing.KUBELET_BYTES == round(sum(f["rss_growth_bytes"] for f in steps.values()) / kubelets)
-    assert sizing.KUBELET_CPU_US_PER_S == pytest.approx(
-        sum(n * f["cpu_us_per_kubelet_s"] for n, f in steps.items()) / kubelets, abs=0.005)
+    # CPU per kubelet-second = KUBELET_CPU_US_PER_S + WORKER_FLEET_CPU_US_PER_S / kubelets, least squares
+    line = statistics.linear_regression([1 / n for n in steps], [f["cpu_us_per_kubelet_s"] for f in steps.values()])
+    assert sizing.KUBELET_CPU_US_PER_S == pytest.approx(line.intercept, abs=0.005)
+    assert sizing.WORKER_FLEET_CPU_US_PER_S == pytest.approx(line.slope, abs=0.5)
+    for n, figures in steps.items():  # the line reads each step it was drawn through within 8 %
+        assert sizing.kubelet_cores(n) == pytest.approx(n * figures["cpu_us_per_kubelet_s"] / 1e6, rel=0.08), n
+
+
+def test_workers_share_the_kubelets_and_each_pays_the_fixed_part() -> None:
+    assert sizing.kubelet_cores(0) == 0
+    assert sizing.kubelet_cores(1000, workers=2) == pytest.approx(
+        2 * sizing.kubelet_cores(500), abs=1e-9)
+    assert sizing.kubelet_cores(1, workers=4) == sizing.kubelet_cores(1)  # idle workers pay nothing
 
 
 def test_cache_event_coefficients_are_the_proxys_cpu_while_writes_went_straight_to_the_partition() -> None:
@@ -148,15 +161,21 @@ def test_the_supervisor_coefficient_is_the_figure_of_the_run_it_names() -> None:
     assert sizing.SUPERVISOR_BYTES == round(step["proxy"]["server_figures"]["rss_by_process_mib"][0] * MIB)
 
 
-def test_a_two_worker_replicas_memory_is_predicted_within_the_tolerance() -> None:
+@pytest.mark.parametrize("name", [TWO_WORKERS_LADDER, TWO_WORKERS_LADDER_HEAVY_SUPERVISOR])
+def test_a_two_worker_replica_is_predicted_within_the_tolerance(name: str) -> None:
     """Not fitted on, but for the supervisor's own RSS: each worker's copy of the caches, the
-    supervisor and the kubelets. (Its CPU is under-predicted by 10-20 %: a worker serving half
-    the kubelets costs more per kubelet; docs/sizing.md, "The model".)"""
-    steps = _ladder_steps(TWO_WORKERS_LADDER)
+    supervisor and the kubelets; each worker's CPU for its half of the kubelets and for the other
+    half's node events. The earlier run's supervisor imported the whole proxy (92 MiB, before
+    bedcfc1), so its memory is not judged."""
+    steps = _ladder_steps(name)
     assert len(steps) == 2, steps.keys()
     for kubelets, figures in steps.items():
-        memory = sizing.replica_memory_bytes(kubelets, 0, kubelets, workers=2, control_plane=False) / MIB
-        assert abs(memory / figures["rss_after_mib"] - 1) <= TOLERANCE, (kubelets, memory, figures)
+        if name == TWO_WORKERS_LADDER:
+            memory = sizing.replica_memory_bytes(kubelets, 0, kubelets, workers=2, control_plane=False) / MIB
+            assert abs(memory / figures["rss_after_mib"] - 1) <= TOLERANCE, (kubelets, memory, figures)
+        cores = sizing.replica_cores(kubelets, 0, workers=2)
+        measured = kubelets * figures["cpu_us_per_kubelet_s"] / 1e6
+        assert abs(cores / measured - 1) <= TOLERANCE, (kubelets, cores, measured)
 
 
 def test_upstream_watches_do_not_grow_with_kubelets_and_replicas_do() -> None:
