@@ -103,6 +103,7 @@ def test_helm_install_dry_run_against_the_real_server_discovers_no_service_monit
     assert "ServiceMonitor" not in {doc["kind"] for doc in manifests}
     notes = done.stdout.split("NOTES:", 1)[1]
     assert "no ServiceMonitor was created" in " ".join(notes.split())
-    assert "Memory per replica: 1152Mi" in notes
+    assert "Memory per replica: 6592Mi" in notes
+    assert "and 50000 kubelets per replica" in " ".join(notes.split())
     assert f"https://pp-partition-proxy.{namespace}.svc:443" in notes
     assert kube.kubectl("get", "secrets", "-n", namespace, "-o", "name", kubeconfig=kube.direct("tp1")).strip() == ""

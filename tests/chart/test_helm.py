@@ -48,7 +48,7 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...], set[str]]] = {
 }
 MIB = 1024 * 1024
 VALUES_YAML = REPO / "charts" / "partition-proxy" / "values.yaml"
-DEFAULT_SIZING: dict[str, int] = yaml.safe_load(VALUES_YAML.read_text())["sizing"]
+DEFAULT_SIZING: dict[str, Any] = yaml.safe_load(VALUES_YAML.read_text())["sizing"]
 
 
 def lint_values(case: str) -> dict[str, Any]:
@@ -336,10 +336,17 @@ def test_service_monitor_renders_only_when_enabled_and_the_api_is_served_or_forc
 # -- sizing -------------------------------------------------------------------------------------
 
 
-def expected_memory_mib(nodes: int, pods: int, values: dict[str, Any] | None = None) -> int:
-    """The sizing rule of values.yaml, independently: max(floor, roundUp(base + objects, step))."""
+def expected_memory_mib(nodes: int, pods: int, values: dict[str, Any] | None = None, *, workers: int = 1,
+                        fewest_replicas: int = 2) -> int:
+    """The sizing rule of values.yaml, independently: max(floor, roundUp(workers x (base + objects)
+    + kubelets + the supervisor with more than one worker, step)); kubelets by default every
+    node's spread over the fewest replicas but one."""
     s = {**DEFAULT_SIZING, **(values or {})}
-    total = s["baseMiB"] * MIB + nodes * s["bytesPerNode"] + pods * s["bytesPerPod"]
+    kubelets = s["expectedKubeletsPerReplica"]
+    if kubelets is None:
+        kubelets = math.ceil(nodes / max(1, fewest_replicas - 1))
+    total = (workers * (s["baseMiB"] * MIB + nodes * s["bytesPerNode"] + pods * s["bytesPerPod"])
+             + kubelets * s["bytesPerKubelet"] + (s["supervisorMiB"] * MIB if workers > 1 else 0))
     step = s["stepMiB"] * MIB
     return int(max(s["floorMiB"], math.ceil(total / step) * s["stepMiB"]))
 
@@ -373,8 +380,46 @@ def test_memory_follows_object_counts_rounded_up_to_a_step_never_below_the_floor
     assert request == limit == f"{want}Mi"
     s = {**DEFAULT_SIZING, **sizing}
     assert want >= s["floorMiB"]
-    # Enough for the objects: never rounded down.
-    assert want * MIB >= s["baseMiB"] * MIB + nodes * s["bytesPerNode"] + pods * s["bytesPerPod"]
+    # Enough for the objects and every node's kubelet (2 replicas at the fewest): never rounded down.
+    assert want * MIB >= s["baseMiB"] * MIB + nodes * s["bytesPerNode"] + pods * s["bytesPerPod"] + nodes * s["bytesPerKubelet"]
+
+
+@pytest.mark.parametrize(
+    ("values", "kubelets"),
+    [
+        ({}, 10000),  # the HPA's 2 replicas at the fewest: one serves them all while the other restarts
+        ({"autoscaling": {"minReplicas": 5}}, 2500),
+        ({"autoscaling": {"enabled": False}, "replicaCount": 4}, 3334),
+        ({"autoscaling": {"enabled": False}, "replicaCount": 1}, 10000),
+        ({"sizing": {"expectedKubeletsPerReplica": 700}}, 700),
+        ({"sizing": {"expectedKubeletsPerReplica": 0}}, 0),
+    ],
+)
+def test_memory_holds_the_kubelets_a_replica_serves_when_one_other_is_down(
+    helm: Helm, values: dict[str, Any], kubelets: int
+) -> None:
+    sizing = {"expectedNodes": 10000, "expectedPods": 0, **values.get("sizing", {})}
+    deployment = helm.template(values={**values, "sizing": sizing}, show_only="templates/deployment.yaml")[0]
+    memory = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
+    without = expected_memory_mib(10000, 0, {**sizing, "expectedKubeletsPerReplica": 0})
+    want = expected_memory_mib(10000, 0, {**sizing, "expectedKubeletsPerReplica": kubelets})
+    assert memory == f"{want}Mi"
+    assert (want > without) is (kubelets > 0)
+
+
+def test_bytes_per_kubelet_and_the_supervisor_are_not_below_the_fleets_measured() -> None:
+    """sizing.bytesPerKubelet covers the worst step of the fleet ladders `partition-proxy size`
+    reads (bench/results, proxy/sizing.py), and supervisorMiB the supervisor they measured."""
+    worst = 0.0
+    for name in ("fleet-ladder-8aa2ea9.json", "fleet-ladder-8aa2ea9-b.json", "fleet-ladder-2workers-0eaeb08.json",
+                 "fleet-ladder-2workers-db274ce.json"):
+        steps = json.loads((REPO / "bench" / "results" / name).read_text())["steps"]
+        worst = max([worst] + [s["proxy"]["server_figures"]["rss_per_kubelet_bytes"] for s in steps])
+    assert worst > 100_000  # the files were read
+    assert DEFAULT_SIZING["bytesPerKubelet"] >= worst, f"sizing.bytesPerKubelet: update to the fleets' {worst:.0f} B"
+    steps = json.loads((REPO / "bench" / "results" / "fleet-ladder-2workers-0eaeb08.json").read_text())["steps"]
+    supervisor = max(s["proxy"]["server_figures"]["rss_by_process_mib"][0] for s in steps)
+    assert DEFAULT_SIZING["supervisorMiB"] >= supervisor
 
 
 def test_explicit_memory_resources_win_over_the_computed_figure(helm: Helm) -> None:
@@ -447,15 +492,18 @@ def test_values_yaml_documents_every_value() -> None:
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_workers_are_passed_and_multiply_the_memory(helm: Helm, workers: int) -> None:
-    """Each worker holds its own caches: memory = roundUp(workers x (base + objects))."""
+    """Each worker holds its own caches: memory = roundUp(workers x (base + objects) + kubelets
+    + the supervisor beside more than one worker)."""
     deployment = helm.template(values={"proxy": {"workers": workers}, "sizing": {"expectedNodes": 10000, "expectedPods": 50000}},
                                show_only="templates/deployment.yaml")[0]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
     assert command[command.index("--workers") + 1] == str(workers)
     s = DEFAULT_SIZING
-    total = workers * (s["baseMiB"] * MIB + 10000 * s["bytesPerNode"] + 50000 * s["bytesPerPod"])
+    total = (workers * (s["baseMiB"] * MIB + 10000 * s["bytesPerNode"] + 50000 * s["bytesPerPod"])
+             + 10000 * s["bytesPerKubelet"] + (s["supervisorMiB"] * MIB if workers > 1 else 0))
     want = max(s["floorMiB"], math.ceil(total / (s["stepMiB"] * MIB)) * s["stepMiB"])
+    assert want == expected_memory_mib(10000, 50000, workers=workers)
     assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"] == f"{want}Mi"
 
 

@@ -142,15 +142,35 @@ render in exponent form (helm holds numbers as float64).
 {{- end }}
 
 {{/*
-Memory of one replica in MiB, from the object counts (see `sizing` in values.yaml):
-  max(floorMiB, roundUp(baseMiB + (expectedNodes*bytesPerNode + expectedPods*bytesPerPod)/MiB, stepMiB))
+Memory of one replica in MiB, from the object counts and the kubelets it serves (see `sizing` in
+values.yaml):
+  max(floorMiB, roundUp(workers*(baseMiB + (expectedNodes*bytesPerNode + expectedPods*bytesPerPod)/MiB)
+                        + kubelets*bytesPerKubelet/MiB + (supervisorMiB if workers > 1), stepMiB))
+kubelets = expectedKubeletsPerReplica, or when null every node's kubelet spread over the
+replicas but one (the fewest replicas: autoscaling.minReplicas, else replicaCount): kubelets
+that reconnect while one replica restarts stay where they land.
 Integer arithmetic in bytes, rounded up, so the figure never falls below what the counts need.
 */}}
+{{- define "partition-proxy.kubeletsPerReplica" -}}
+{{- $s := .Values.sizing }}
+{{- if kindIs "invalid" $s.expectedKubeletsPerReplica }}
+{{- $fewest := ternary .Values.autoscaling.minReplicas .Values.replicaCount .Values.autoscaling.enabled }}
+{{- $others := max 1 (sub (int64 $fewest) 1) }}
+{{- div (add (int64 $s.expectedNodes) (sub $others 1)) $others }}
+{{- else }}
+{{- int64 $s.expectedKubeletsPerReplica }}
+{{- end }}
+{{- end }}
+
 {{- define "partition-proxy.memoryMiB" -}}
 {{- $s := .Values.sizing }}
 {{- $mib := 1048576 }}
+{{- $workers := int64 (default 1 .Values.proxy.workers) }}
 {{- $objectBytes := add (mul (int64 $s.expectedNodes) (int64 $s.bytesPerNode)) (mul (int64 $s.expectedPods) (int64 $s.bytesPerPod)) }}
-{{- $bytes := mul (add (mul (int64 $s.baseMiB) $mib) $objectBytes) (int64 (default 1 .Values.proxy.workers)) }}
+{{- $bytes := mul (add (mul (int64 $s.baseMiB) $mib) $objectBytes) $workers }}
+{{- $kubelets := int64 (include "partition-proxy.kubeletsPerReplica" .) }}
+{{- $bytes = add $bytes (mul $kubelets (int64 $s.bytesPerKubelet)) }}
+{{- if gt $workers 1 }}{{ $bytes = add $bytes (mul (int64 $s.supervisorMiB) $mib) }}{{ end }}
 {{- $step := mul (int64 $s.stepMiB) $mib }}
 {{- $rounded := mul (div (sub (add $bytes $step) 1) $step) (int64 $s.stepMiB) }}
 {{- max $rounded (int64 $s.floorMiB) }}
