@@ -1,6 +1,6 @@
 """A fleet of kubelets: N simulated kubelets through the proxy vs the same fleet straight at one
 kube-apiserver, per kubelet: server memory and CPU, connections and watches, and the reconnect
-storm after the proxy restarts.
+storm after the server restarts.
 
 Set-up per step (a fresh federation each; `--kubelets 1000,5000` makes a ladder):
 `Federation(root, tenant_partitions=2, resource_partitions=3)`: tp1, tp2, rp1, rp2 behind one
@@ -35,11 +35,13 @@ The sides run one after the other (proxy, then direct), each with its own fleet.
    to each partition's port), upstream watches per partition (their growth over the baseline),
    each partition's kube-apiserver RSS growth and CPU, the fleet's own CPU and RSS, Lease
    renewals and their latency;
-4. proxy side only, the reconnect storm (unless `--no-storm`): a mark written to the fleet's
-   mark file, the proxy stopped (SIGTERM: it ends every watch) and started again on the same
-   port; the time from the mark until every kubelet had every watch open again, the proxy's
-   down time, and the SubjectAccessReviews the partitions answered meanwhile
-   (`apiserver_request_total{resource="subjectaccessreviews"}` growth, per kubelet).
+4. the reconnect storm (unless `--no-storm`): a mark written to the fleet's mark file, the
+   server stopped (SIGTERM: the proxy, or on the direct side rp3's kube-apiserver, its etcd
+   left running; either ends every watch) and started again on the same port; the time from
+   the mark until every kubelet had every watch open again, the server's down time, and on the
+   proxy side the SubjectAccessReviews the partitions answered meanwhile
+   (`apiserver_request_total{resource="subjectaccessreviews"}` growth, per kubelet;
+   kube-apiserver authorizes its own clients in-process).
 
 `--profile`: py-spy samples the proxy's workers through the steady window (native frames
 included, as `bench.where_cpu_goes` does) and the step reports where a kubelet-second goes, part
@@ -186,7 +188,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Params:
     ap.add_argument("--status-interval", type=float, default=60.0,
                     help="seconds between a kubelet's node status PATCHes (kubelet 1.36: 300 unless the status changes; 0: none)")
     ap.add_argument("--lease-interval", type=float, default=10.0, help="seconds between a kubelet's Lease renewals")
-    ap.add_argument("--no-storm", action="store_true", help="skip the reconnect storm (proxy restart)")
+    ap.add_argument("--no-storm", action="store_true", help="skip the reconnect storm (the server restarted under its fleet)")
     ap.add_argument("--content-type", default="protobuf", choices=("protobuf", "json"), help="of the fleet")
     ap.add_argument("--keep", action="store_true", help="keep the federation root (logs, etcd data) after the run")
     ap.add_argument("--trace-memory", action="store_true",
@@ -601,23 +603,31 @@ def sar_counts(step: Step) -> dict[str, int]:
                                  resource="subjectaccessreviews").values()) for x in PROXIED}
 
 
-def storm(step: Step, fleet: Fleet) -> dict[str, Any]:
-    """Restart the proxy under the fleet: a mark the fleet acknowledges, the proxy stopped
-    (SIGTERM ends every watch) and started again on its port, then the wait until every kubelet
-    reopened all its watches. Times in seconds from the mark."""
-    n = step.kubelets
-    sars_before = sar_counts(step)
+def storm(step: Step, fleet: Fleet, side: str) -> dict[str, Any]:
+    """Restart the side's server under its fleet: a mark the fleet acknowledges, the server
+    stopped (SIGTERM: the proxy, or the peer's kube-apiserver, ends every watch) and started
+    again on its port (the peer's etcd keeps running), then the wait until every kubelet
+    reopened all its watches. Times in seconds from the mark. SubjectAccessReviews are the
+    proxy's: kube-apiserver authorizes its own clients in-process."""
+    n, tag = step.kubelets, f"{side}-{step.kubelets}"
+    sars_before = sar_counts(step) if side == "proxy" else {}
     mark, t_mark = time.time_ns(), time.monotonic()
     fleet.mark_file.write_text(f"{mark}\n")
     wait_status(fleet, lambda s: s["mark_ns"] == mark, MARK_ACK_TIMEOUT_SECONDS, "the storm mark read")
     t_stop = time.monotonic()
-    log(f"[proxy-{n}] storm: restarting the proxy under {n:,} kubelets")
-    step.proxy.stop()
+    log(f"[{tag}] storm: restarting the {'proxy' if side == 'proxy' else PEER + ' kube-apiserver'} under {n:,} kubelets")
+    if side == "proxy":
+        step.proxy.stop()
+    else:
+        step.fed.stop_apiserver(PEER)
     t_stopped = time.monotonic()
-    step.proxy.start(timeout=180)
+    if side == "proxy":
+        step.proxy.start(timeout=180)
+    else:
+        step.fed.start_apiserver(PEER, timeout=180)
     t_ready = time.monotonic()
-    out: dict[str, Any] = {"mark_unix_ns": mark, "proxy_stop_s": round(t_stopped - t_stop, 2),
-                           "proxy_ready_s": round(t_ready - t_mark, 2), "proxy_down_s": round(t_ready - t_stopped, 2)}
+    out: dict[str, Any] = {"mark_unix_ns": mark, "server_stop_s": round(t_stopped - t_stop, 2),
+                           "server_ready_s": round(t_ready - t_mark, 2), "server_down_s": round(t_ready - t_stopped, 2)}
     try:
         status = wait_status(fleet, lambda s: s["recovered_since_mark"] >= n, STORM_TIMEOUT_SECONDS + n / 100,
                              "every kubelet's watches reopened")
@@ -630,15 +640,18 @@ def storm(step: Step, fleet: Fleet) -> dict[str, Any]:
         if (status.get("all_recovered_s") or -1) >= 0 else None,
         "lease_renewals_failed": status.get("lease_renewals_failed"), "oldest_renew_age_s": status.get("oldest_renew_age_s"),
     })
-    sars = counts_delta(sar_counts(step), sars_before)
-    out["subjectaccessreviews"] = sars
-    out["subjectaccessreviews_per_kubelet"] = per_kubelet(sum(sars.values()), n, 3)
-    after = snapshot(step, "proxy", fleet.proc.pid)
-    out["after"] = {"proxy_rss_mib": round(after.server_rss / 2**20, 1), "downstream_connections": after.downstream,
-                    "upstream_connections": after.upstream,
-                    "upstream_watches": {x: sum(w.values()) for x, w in after.watches.items()}}
-    log(f"[proxy-{n}] storm: proxy down {out['proxy_down_s']} s; every kubelet's watches open again "
-        f"{out['all_recovered_s']} s after the mark; {sum(sars.values())} SubjectAccessReviews")
+    if side == "proxy":
+        sars = counts_delta(sar_counts(step), sars_before)
+        out["subjectaccessreviews"] = sars
+        out["subjectaccessreviews_per_kubelet"] = per_kubelet(sum(sars.values()), n, 3)
+    after = snapshot(step, side, fleet.proc.pid)
+    out["after"] = {"server_rss_mib": round(after.server_rss / 2**20, 1), "downstream_connections": after.downstream}
+    if side == "proxy":
+        out["after"].update(upstream_connections=after.upstream,
+                            upstream_watches={x: sum(w.values()) for x, w in after.watches.items()})
+    log(f"[{tag}] storm: server down {out['server_down_s']} s; every kubelet's watches open again "
+        f"{out['all_recovered_s']} s after the mark" + (f"; {out['subjectaccessreviews_per_kubelet']} SubjectAccessReviews "
+                                                          "per kubelet" if side == "proxy" else ""))
     return out
 
 
@@ -673,8 +686,8 @@ def run_side(step: Step, side: str) -> dict[str, Any]:
         out.update(steady_figures(n, side, base, idle, (s0, s1), (st0, st1)))
         if raw is not None:
             out["profile"] = profile_parts(raw, out["server_figures"]["cpu_us_per_kubelet_s_gross"] or 0.0)
-        if side == "proxy" and p.storm:
-            out["storm"] = storm(step, fleet)
+        if p.storm:
+            out["storm"] = storm(step, fleet, side)
     finally:
         report = stop_fleet(fleet)
     out["fleet_report"] = trimmed(report)
