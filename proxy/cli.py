@@ -88,6 +88,11 @@ def server_ssl_context(listen: ListenConfig, *, alpn: bool = True) -> ssl.SSLCon
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3 if listen.tls.min_version == "1.3" else ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(listen.tls.ciphers)
     ctx.load_cert_chain(listen.tls.cert_file, listen.tls.key_file)
+    # No TLS 1.3 session tickets (OpenSSL sends 2 after every full handshake by default): no
+    # Kubernetes client resumes a session (client-go sets no ClientSessionCache, Python's ssl
+    # takes a session only when handed one), so each ticket, which carries the client's
+    # certificate, is CPU spent for nothing: bench.tls_handshake, 2026-11-30.
+    ctx.num_tickets = 0
     if listen.tls.client_ca_file is not None:
         ctx.load_verify_locations(cafile=listen.tls.client_ca_file)
         ctx.verify_mode = ssl.CERT_OPTIONAL

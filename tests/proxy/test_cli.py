@@ -1,4 +1,4 @@
-"""`partition-proxy serve` refuses a bad configuration with one line naming the field."""
+"""`partition-proxy serve` refuses a bad configuration with one line naming the field; its listener sends no TLS session tickets."""
 
 from __future__ import annotations
 
@@ -69,3 +69,39 @@ def test_the_supervisor_of_workers_does_not_import_the_proxy_it_supervises() -> 
             "print(','.join(m for m in ('proxy.app', 'proxy.fronts.listener', 'aiohttp', 'uvloop') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
     assert done.stdout.strip() == ""
+
+
+def test_the_listener_sends_no_session_tickets_that_no_kubernetes_client_resumes(tmp_path: Path) -> None:
+    """TLS 1.3 session tickets cost the proxy 14 % of a kubelet's handshake (bench.tls_handshake)
+    and client-go never resumes, so the listener's context sends none: a client that reads past
+    the handshake holds no ticket."""
+    import socket
+    import ssl
+    import threading
+
+    from config.models import ListenConfig, TLSConfig
+    from hack.pki import CertificateAuthority
+    from proxy.cli import server_ssl_context
+
+    ca = CertificateAuthority.create(tmp_path, "tickets-test-ca")
+    crt, key = ca.issue_serving(tmp_path, "server", ["127.0.0.1"])
+    context = server_ssl_context(ListenConfig(tls=TLSConfig(cert_file=crt, key_file=key, client_ca_file=ca.cert_file)))
+    assert context is not None
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with context.wrap_socket(conn, server_side=True) as tls:
+            tls.sendall(b"x")  # after the handshake: tickets, when sent, come before it
+            tls.recv(1)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    client = ssl.create_default_context(cafile=str(ca.cert_file))
+    with socket.create_connection(listener.getsockname()) as sock, client.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+        assert tls.recv(1) == b"x"
+        assert tls.version() == "TLSv1.3" and tls.session is not None
+        assert not tls.session.has_ticket
+        tls.sendall(b"y")
+    server.join(timeout=10)
+    listener.close()
