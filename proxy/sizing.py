@@ -19,12 +19,13 @@ points it was not fitted on (docs/sizing.md, "The model"). The model is linear i
   once, by the worker serving each;
 - CPU per replica (cores) = its kubelets x CPU per kubelet-second (Lease renewals, status
   patches, their watches' events) + each worker serving kubelets x a fixed part (the two read
-  from a fleet ladder: a kubelet costs less in a larger fleet) + its share of pod starts x CPU per pod started + the caches'
-  events of every other node: each worker of each replica keeps its own nodes cache (and its
-  protobuf twin), so every node's status update anywhere in the federation is a watch event in
-  every worker, and so is every Lease renewal when a node-leases cache is configured (it is not
-  by default: config.models.default_caches) (`cache_event_cores`; the events of a replica's own
-  kubelets in the worker serving them are in CPU per kubelet-second already);
+  from a fleet ladder: a kubelet costs less in a larger fleet) + its share of pod starts x CPU
+  per pod started + the caches' events of every other node: each worker of each replica keeps
+  its own nodes cache (and its protobuf twin), so every node's status update anywhere in the
+  federation is a watch event in every worker, and so is every Lease renewal when a
+  node-leases cache is configured (it is not by default: config.models.default_caches)
+  (`cache_event_cores`; the events of a replica's own kubelets in the worker serving them are
+  in `kubelet_cores` already);
 - replicas = ceil(nodes / kubelets per replica), at least 2 (one may roll);
 - upstream watches per partition = replicas x workers x the default caches over it (twins
   included): independent of the number of kubelets;

@@ -1,12 +1,20 @@
-"""`partition-proxy serve` refuses a bad configuration with one line naming the field; its listener sends no TLS session tickets."""
+"""`partition-proxy serve` refuses a bad configuration with one line naming the field; its
+listener sends no TLS session tickets."""
 
 from __future__ import annotations
 
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+
+from config.models import ListenConfig, TLSConfig
+from hack.pki import CertificateAuthority
+from proxy.cli import server_ssl_context
 
 EXE = Path(sys.executable).parent / "partition-proxy"
 _TWO_PARTITIONS = ("partitions:\n- {name: tp1, role: tenant, kubeconfig: a}\n- {name: rp1, role: resource, kubeconfig: b}\n"
@@ -75,14 +83,6 @@ def test_the_listener_sends_no_session_tickets_that_no_kubernetes_client_resumes
     """TLS 1.3 session tickets cost the proxy 14 % of a kubelet's handshake (bench.tls_handshake)
     and client-go never resumes, so the listener's context sends none: a client that reads past
     the handshake holds no ticket."""
-    import socket
-    import ssl
-    import threading
-
-    from config.models import ListenConfig, TLSConfig
-    from hack.pki import CertificateAuthority
-    from proxy.cli import server_ssl_context
-
     ca = CertificateAuthority.create(tmp_path, "tickets-test-ca")
     crt, key = ca.issue_serving(tmp_path, "server", ["127.0.0.1"])
     context = server_ssl_context(ListenConfig(tls=TLSConfig(cert_file=crt, key_file=key, client_ca_file=ca.cert_file)))
