@@ -609,21 +609,20 @@ def storm(step: Step, fleet: Fleet, side: str) -> dict[str, Any]:
     again on its port (the peer's etcd keeps running), then the wait until every kubelet
     reopened all its watches. Times in seconds from the mark. SubjectAccessReviews are the
     proxy's: kube-apiserver authorizes its own clients in-process."""
-    n, tag = step.kubelets, f"{side}-{step.kubelets}"
-    sars_before = sar_counts(step) if side == "proxy" else {}
+    n, tag, proxy = step.kubelets, f"{side}-{step.kubelets}", side == "proxy"
+    sars_before = sar_counts(step) if proxy else {}
     mark, t_mark = time.time_ns(), time.monotonic()
     fleet.mark_file.write_text(f"{mark}\n")
     wait_status(fleet, lambda s: s["mark_ns"] == mark, MARK_ACK_TIMEOUT_SECONDS, "the storm mark read")
     t_stop = time.monotonic()
-    log(f"[{tag}] storm: restarting the {'proxy' if side == 'proxy' else PEER + ' kube-apiserver'} under {n:,} kubelets")
-    if side == "proxy":
+    log(f"[{tag}] storm: restarting the {'proxy' if proxy else PEER + ' kube-apiserver'} under {n:,} kubelets")
+    if proxy:
         step.proxy.stop()
-    else:
-        step.fed.stop_apiserver(PEER)
-    t_stopped = time.monotonic()
-    if side == "proxy":
+        t_stopped = time.monotonic()
         step.proxy.start(timeout=180)
     else:
+        step.fed.stop_apiserver(PEER)
+        t_stopped = time.monotonic()
         step.fed.start_apiserver(PEER, timeout=180)
     t_ready = time.monotonic()
     out: dict[str, Any] = {"mark_unix_ns": mark, "server_stop_s": round(t_stopped - t_stop, 2),
@@ -640,18 +639,18 @@ def storm(step: Step, fleet: Fleet, side: str) -> dict[str, Any]:
         if (status.get("all_recovered_s") or -1) >= 0 else None,
         "lease_renewals_failed": status.get("lease_renewals_failed"), "oldest_renew_age_s": status.get("oldest_renew_age_s"),
     })
-    if side == "proxy":
-        sars = counts_delta(sar_counts(step), sars_before)
-        out["subjectaccessreviews"] = sars
-        out["subjectaccessreviews_per_kubelet"] = per_kubelet(sum(sars.values()), n, 3)
+    sars = counts_delta(sar_counts(step), sars_before) if proxy else {}  # before the snapshot's seconds
     after = snapshot(step, side, fleet.proc.pid)
     out["after"] = {"server_rss_mib": round(after.server_rss / 2**20, 1), "downstream_connections": after.downstream}
-    if side == "proxy":
+    reviews = ""
+    if proxy:
+        out["subjectaccessreviews"] = sars
+        out["subjectaccessreviews_per_kubelet"] = per_kubelet(sum(sars.values()), n, 3)
         out["after"].update(upstream_connections=after.upstream,
                             upstream_watches={x: sum(w.values()) for x, w in after.watches.items()})
+        reviews = f"; {out['subjectaccessreviews_per_kubelet']} SubjectAccessReviews per kubelet"
     log(f"[{tag}] storm: server down {out['server_down_s']} s; every kubelet's watches open again "
-        f"{out['all_recovered_s']} s after the mark" + (f"; {out['subjectaccessreviews_per_kubelet']} SubjectAccessReviews "
-                                                          "per kubelet" if side == "proxy" else ""))
+        f"{out['all_recovered_s']} s after the mark{reviews}")
     return out
 
 
