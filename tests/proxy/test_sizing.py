@@ -33,9 +33,9 @@ VALIDATION_LADDER = "fleet-ladder-8aa2ea9-b.json"
 TWO_WORKERS_LADDER = "fleet-ladder-2workers-0eaeb08.json"
 TWO_WORKERS_LADDER_HEAVY_SUPERVISOR = "fleet-ladder-2workers-db274ce.json"
 TWO_WORKERS_LADDER_AFTER_THE_LINE = "fleet-ladder-2workers-5642c78.json"  # run after the line was drawn
-# `bench.fleet --kubelets 5000 --ramp 50 --sides proxy --no-storm --duration 60`: the replica the
-# Arktos predictions assume (its CPU is over-predicted by 36 %, docs/sizing.md, "The model")
-FIVE_THOUSAND = "fleet-5000-ramp50-ef9e036.json"
+# `bench.fleet --kubelets 5000 --ramp 50 --sides proxy --no-storm --duration 60`, twice: the replica
+# the Arktos predictions assume (its CPU is over-predicted by 36-37 %, docs/sizing.md, "The model")
+FIVE_THOUSAND = ("fleet-5000-ramp50-ef9e036.json", "fleet-5000-ramp50-dcee043.json")
 
 
 def _ladder_steps(name: str) -> dict[int, dict[str, Any]]:
@@ -160,8 +160,9 @@ def test_the_other_ladders_cpu_is_predicted_within_the_tolerance() -> None:
         assert abs(predicted / measured - 1) <= TOLERANCE, (kubelets, predicted, measured)
 
 
-def test_the_memory_of_a_replica_serving_5000_kubelets_is_predicted_within_the_tolerance() -> None:
-    [(kubelets, figures)] = _ladder_steps(FIVE_THOUSAND).items()
+@pytest.mark.parametrize("name", FIVE_THOUSAND)
+def test_the_memory_of_a_replica_serving_5000_kubelets_is_predicted_within_the_tolerance(name: str) -> None:
+    [(kubelets, figures)] = _ladder_steps(name).items()
     assert kubelets == 5000
     predicted = sizing.replica_memory_bytes(kubelets, 0, kubelets, control_plane=False) / MIB
     assert abs(predicted / figures["rss_after_mib"] - 1) <= TOLERANCE, (predicted, figures)
