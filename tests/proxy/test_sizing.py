@@ -44,6 +44,12 @@ def _ladder_steps(name: str) -> dict[int, dict[str, Any]]:
             if "server_figures" in s.get("proxy", {})}
 
 
+def _fleet_rss_mib(kubelets: int, workers: int = 1) -> float:
+    """The model's RSS of a fleet step's replica: its kubelets' nodes cached, no pods, no
+    control plane (bench.fleet runs none)."""
+    return sizing.replica_memory_bytes(kubelets, 0, kubelets, workers=workers, control_plane=False) / MIB
+
+
 def _density_step(name: str) -> dict[str, Any]:
     return _result(name)["steps"][0]
 
@@ -147,7 +153,7 @@ def test_the_other_ladders_memory_is_predicted_within_the_tolerance() -> None:
     steps = _ladder_steps(VALIDATION_LADDER)
     assert len(steps) == 5, steps.keys()
     for kubelets, figures in steps.items():
-        predicted = sizing.replica_memory_bytes(kubelets, 0, kubelets, control_plane=False) / MIB
+        predicted = _fleet_rss_mib(kubelets)
         assert abs(predicted / figures["rss_after_mib"] - 1) <= TOLERANCE, (kubelets, predicted, figures)
 
 
@@ -164,7 +170,7 @@ def test_the_other_ladders_cpu_is_predicted_within_the_tolerance() -> None:
 def test_the_memory_of_a_replica_serving_5000_kubelets_is_predicted_within_the_tolerance(name: str) -> None:
     [(kubelets, figures)] = _ladder_steps(name).items()
     assert kubelets == 5000
-    predicted = sizing.replica_memory_bytes(kubelets, 0, kubelets, control_plane=False) / MIB
+    predicted = _fleet_rss_mib(kubelets)
     assert abs(predicted / figures["rss_after_mib"] - 1) <= TOLERANCE, (predicted, figures)
 
 
@@ -183,7 +189,7 @@ def test_a_two_worker_replica_is_predicted_within_the_tolerance(name: str) -> No
     assert len(steps) == 2, steps.keys()
     for kubelets, figures in steps.items():
         if name != TWO_WORKERS_LADDER_HEAVY_SUPERVISOR:
-            memory = sizing.replica_memory_bytes(kubelets, 0, kubelets, workers=2, control_plane=False) / MIB
+            memory = _fleet_rss_mib(kubelets, workers=2)
             assert abs(memory / figures["rss_after_mib"] - 1) <= TOLERANCE, (kubelets, memory, figures)
         cores = sizing.replica_cores(kubelets, 0, workers=2)
         measured = kubelets * figures["cpu_us_per_kubelet_s"] / 1e6
